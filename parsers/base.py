@@ -1,0 +1,234 @@
+"""The contract between the ingest orchestrator and every parser: file access, the write context, the parser base."""
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+import pyarrow as pa
+
+if TYPE_CHECKING:  # pragma: no cover
+    import duckdb
+
+GZIP_MAGIC = b"\x1f\x8b"
+RAW_MAX = 512  # characters of a rejected record kept in `rejects.raw`
+
+
+@dataclass
+class Decoded:
+    """A whole input decompressed into memory, and where it ended early if it did."""
+
+    data: bytes
+    error: str | None = None  # one line: why the stream ended early
+    error_offset: int | None = None  # compressed byte offset of the cut
+
+
+class InputFile:
+    """One input file: content sniffing and (de)compressed access, tolerant of gzip streams that end early."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        with open(self.path, "rb") as f:
+            self.magic = f.read(2)
+        self.size = self.path.stat().st_size
+        self.compression = "gzip" if self.magic == GZIP_MAGIC else None
+
+    def head(self, n: int = 1 << 16) -> bytes:
+        """The first n decompressed bytes (fewer if the file is shorter or its gzip is cut)."""
+        if self.compression is None:
+            with open(self.path, "rb") as f:
+                return f.read(n)
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        out = bytearray()
+        with open(self.path, "rb") as f:
+            while len(out) < n:
+                block = f.read(1 << 16)
+                if not block:
+                    break
+                try:
+                    out += d.decompress(block, n - len(out))
+                except zlib.error:
+                    break
+                if d.eof:
+                    break
+        return bytes(out[:n])
+
+    def read_all(self) -> Decoded:
+        if self.compression is None:
+            return Decoded(self.path.read_bytes())
+        parts: list[bytes] = []
+        for block in self.iter_blocks():
+            parts.append(block)
+        data = b"".join(parts)
+        return Decoded(data, self._cut_error, self._cut_offset)
+
+    _cut_error: str | None = None
+    _cut_offset: int | None = None
+
+    def iter_blocks(self, size: int = 8 << 20) -> Iterator[bytes]:
+        """Decompressed blocks in order; a cut gzip stops early and sets `cut_error`, it never raises."""
+        self._cut_error = None
+        self._cut_offset = None
+        with open(self.path, "rb") as f:
+            if self.compression is None:
+                while block := f.read(size):
+                    yield block
+                return
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            consumed = 0
+            while True:
+                block = f.read(size)
+                if not block:
+                    break
+                consumed += len(block)
+                try:
+                    out = d.decompress(block)
+                except zlib.error as e:
+                    self._cut_error = f"corrupt gzip data near compressed byte {consumed}: {e}"
+                    self._cut_offset = consumed
+                    return
+                if out:
+                    yield out
+                # Concatenated gzip members are legal (gzip -c a b): continue with the next member.
+                while d.eof and d.unused_data:
+                    rest = d.unused_data
+                    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                    out = d.decompress(rest)
+                    if out:
+                        yield out
+            tail = d.flush()
+            if tail:
+                yield tail
+            if not d.eof:
+                self._cut_error = f"gzip stream ends early (file cut at compressed byte {self.size})"
+                self._cut_offset = self.size
+
+    @property
+    def cut_error(self) -> str | None:
+        return self._cut_error
+
+
+@dataclass
+class Options:
+    """Ingest options that some parsers need."""
+
+    year: int | None = None  # for logs whose timestamps carry no year
+    tz: str = "UTC"  # zone of log timestamps that carry none
+    keep_python_functions: bool = True  # python_function events: needed for vLLM step windows
+    chunk_events: int = 200_000  # trace events decoded per batch (bounds memory)
+
+
+@dataclass
+class Counts:
+    parsed: int = 0
+    skipped: int = 0
+    rejected: int = 0
+
+
+class ParseContext:
+    """What a parser sees while it runs: the input, the open transaction, and the tables it may write."""
+
+    def __init__(self, con: "duckdb.DuckDBPyConnection", source_id: int, inp: InputFile, options: Options,
+                 progress=None):
+        self.con = con
+        self.source_id = source_id
+        self.input = inp
+        self.path = inp.path
+        self.options = options
+        self.counts = Counts()
+        self.clock_offset_ns = 0
+        self.clock_method: str | None = None
+        self.clock_note: str | None = None
+        self.clock_residual_ns: int | None = None
+        self._progress = progress
+        self.notes: list[str] = []
+
+    # -- writing -----------------------------------------------------------------------------------
+    def write(self, table: str, data) -> int:
+        """Append rows to a canonical table; columns missing from `data` become NULL, `source_id` is set here."""
+        from stallscope.schema import TABLES
+
+        t = TABLES[table]
+        if not isinstance(data, pa.Table):
+            data = data.to_arrow() if hasattr(data, "to_arrow") else pa.table(data)
+        if data.num_rows == 0:
+            return 0
+        unknown = set(data.column_names) - set(t.names)
+        if unknown:
+            raise ValueError(f"{table} has no column(s) {sorted(unknown)}")
+        cols = [c for c in t.names if c in data.column_names and c != "source_id"]
+        view = f"_w_{table}"
+        self.con.register(view, data)
+        try:
+            self.con.execute(
+                f"INSERT INTO {table} (source_id, {', '.join(cols)}) "
+                f"SELECT {self.source_id}, {', '.join(cols)} FROM {view}")
+        finally:
+            self.con.unregister(view)
+        return data.num_rows
+
+    def write_sql(self, table: str, select_sql: str, params=None) -> int:
+        """Append rows produced by a SELECT whose output columns are named after the table's columns."""
+        cols = [d[0] for d in self.con.execute(f"SELECT * FROM ({select_sql}) LIMIT 0", params or []).description]
+        n = self.con.execute(
+            f"INSERT INTO {table} (source_id, {', '.join(cols)}) SELECT {self.source_id}, * FROM ({select_sql})",
+            params or []).fetchone()
+        return int(n[0]) if n else 0
+
+    def reject(self, reason: str, raw: str | bytes | None = None, *, line_no: int | None = None,
+               byte_offset: int | None = None, record_index: int | None = None) -> None:
+        if isinstance(raw, (bytes, bytearray, memoryview)):
+            raw = bytes(raw[: RAW_MAX * 4]).decode("utf-8", "replace")
+        self.con.execute("INSERT INTO rejects VALUES (?, ?, ?, ?, ?, ?)",
+                         [self.source_id, line_no, byte_offset, record_index, reason,
+                          None if raw is None else raw[:RAW_MAX]])
+        self.counts.rejected += 1
+
+    def write_rejects(self, data: pa.Table) -> int:
+        """Many rejects at once: columns among line_no, byte_offset, record_index, reason, raw (raw truncated here)."""
+        if data.num_rows == 0:
+            return 0
+        if "raw" in data.column_names:
+            import pyarrow.compute as pc
+            data = data.set_column(data.column_names.index("raw"), "raw",
+                                   pc.utf8_slice_codeunits(data["raw"], 0, RAW_MAX))
+        n = self.write("rejects", data)
+        self.counts.rejected += n
+        return n
+
+    def set_clock(self, method: str, note: str | None = None, offset_ns: int = 0,
+                  residual_ns: int | None = None) -> None:
+        self.clock_method, self.clock_note = method, note
+        self.clock_offset_ns, self.clock_residual_ns = offset_ns, residual_ns
+
+    def progress(self, done_bytes: int) -> None:
+        if self._progress is not None:
+            self._progress(done_bytes)
+
+
+class Parser:
+    """Base class: a parser declares its name, version and formats, sniffs content, and parses one file."""
+
+    name: str = ""
+    version: str = "0"
+    formats: tuple[str, ...] = ()
+    # Lower runs first within one ingest call: traces and benchmark files (which carry years and absolute
+    # clocks) before logs that need them.
+    order: int = 50
+
+    def sniff(self, head: bytes, inp: InputFile) -> tuple[str, float] | None:
+        """(format, confidence 0..1) when this parser can read content starting with `head`, else None."""
+        raise NotImplementedError
+
+    def parse(self, ctx: ParseContext, fmt: str) -> None:
+        raise NotImplementedError
+
+    def post_ingest(self, con: "duckdb.DuckDBPyConnection", source_ids: list[int], options: Options) -> list[str]:
+        """Runs once after every file of an ingest call is in (clock alignment across sources); returns notes."""
+        return []
+
+
+def file_mtime_ns(path: Path) -> int:
+    return int(os.stat(path).st_mtime_ns)

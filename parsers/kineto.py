@@ -1,0 +1,693 @@
+"""PyTorch-profiler (Kineto) Chrome-trace JSON, plain or gzip, NVIDIA and ROCm, into the GPU-timeline tables.
+
+Decoding: msgspec splits `traceEvents` into raw slices, then decodes batches of them into typed structs
+(only the fields stallscope stores), so memory stays bounded by the batch and the JSON is scanned at
+C speed. Columns are pulled out with C-level `map`, handed to DuckDB as Arrow, and every derivation
+(clock, category routing, CPU-GPU links, nesting depth, steps) is SQL over a staging table.
+"""
+from __future__ import annotations
+
+import gc
+import re
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from .base import ParseContext, Parser
+from .patterns import Pattern, Sample
+from stallscope.errors import InputError
+from stallscope.intervals import Nesting
+
+VERSION = "1.0"
+
+# -- the event layout stallscope keeps: staging column <- JSON path, DuckDB type ------------------------------
+# DuckDB's json_transform pulls these out of each raw event in one parse (keys are case-sensitive, so the
+# allocator's `Bytes` never collides with a memcpy's `bytes`; a value of the wrong type becomes NULL).
+EVENT_FIELDS = (
+    ("ph", "ph", "VARCHAR"), ("cat", "cat", "VARCHAR"), ("name", "name", "VARCHAR"),
+    ("pid_s", "pid", "VARCHAR"), ("tid_s", "tid", "VARCHAR"), ("ts_txt", "ts", "VARCHAR"), ("dur", "dur", "DOUBLE"),
+)
+ARG_FIELDS = (
+    ("correlation", "correlation", "BIGINT"), ("external_id", "External id", "BIGINT"),
+    ("device", "device", "BIGINT"), ("stream", "stream", "BIGINT"),
+    ("grid", "grid", "BIGINT[]"), ("block", "block", "BIGINT[]"),
+    ("registers", "registers per thread", "BIGINT"), ("shared_memory", "shared memory", "BIGINT"),
+    ("blocks_per_sm", "blocks per SM", "DOUBLE"), ("warps_per_sm", "warps per SM", "DOUBLE"),
+    ("occupancy", "est. achieved occupancy %", "DOUBLE"),
+    ("python_id", "Python id", "BIGINT"), ("python_parent_id", "Python parent id", "BIGINT"),
+    ("record_function_id", "Record function id", "BIGINT"),
+    ("nbytes", "bytes", "VARCHAR"), ("bandwidth", "memory bandwidth (GB/s)", "DOUBLE"),
+    ("kind", "kind", "VARCHAR"), ("kernel", "kernel", "VARCHAR"), ("cbid", "cbid", "BIGINT"), ("cid", "cid", "BIGINT"),
+    ("meta_name", "name", "VARCHAR"), ("labels", "labels", "VARCHAR"),
+)
+
+
+def _transform_spec() -> str:
+    import json
+
+    spec = {k: t for _, k, t in EVENT_FIELDS}
+    spec["args"] = {k: t for _, k, t in ARG_FIELDS}
+    return json.dumps(spec).replace("'", "''")
+
+
+def _staging_select() -> str:
+    ev = [f'e."{k}" AS {c}' for c, k, _ in EVENT_FIELDS]
+    args = [f'e.args."{k}" AS {c}' for c, k, _ in ARG_FIELDS]
+    return ", ".join(ev + args)
+
+
+_SPEC = _transform_spec()
+_STAGE_SELECT = _staging_select()
+_raw_list_decoder = msgspec.json.Decoder(list[msgspec.Raw])
+_top_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+# -- step markers: formats as data, with the real lines they were taken from -------------------------------
+
+_TR = "../shared/real/traces/"
+STEP_PATTERNS = [
+    Pattern(
+        "vllm_execute_model_window",
+        r"(?P<file>gpu_model_runner|gpu_worker|worker/model_runner)\.py\((?P<line>\d+)\): execute_model$",
+        (
+            Sample("vllm/v1/worker/gpu_model_runner.py(1002): execute_model", {"file": "gpu_model_runner", "line": "1002"},
+                   _TR + "vllm_h100_tp4_llama_isl1000_osl10_c32.pt.trace.json.gz"),
+            Sample("vllm/v1/worker/gpu_worker.py(258): execute_model", {"file": "gpu_worker", "line": "258"},
+                   _TR + "vllm_mi300x_tp4_llama_isl1000_osl10_c32.pt.trace.json.gz"),
+            Sample("vllm/v1/worker/gpu_model_runner.py(3380): execute_model", {"file": "gpu_model_runner", "line": "3380"},
+                   _TR + "vllm_mi300x_mixed_step_ctx9_gen37.json.gz"),
+        ),
+        doc="python_function names of vLLM's per-iteration execute_model (V1 gpu_model_runner / gpu_worker, V0 worker/model_runner).",
+    ),
+    Pattern(
+        "vllm_detailed",
+        r"^execute_(?P<total>\d+)_context_(?P<nc>\d+)\(sq(?P<c_sq>\d+)sk(?P<c_sk>\d+)sqsq(?P<c_sqsq>\d+)sqsk(?P<c_sqsk>\d+)\)"
+        r"_generation_(?P<ng>\d+)\(sq(?P<g_sq>\d+)sk(?P<g_sk>\d+)sqsq(?P<g_sqsq>\d+)sqsk(?P<g_sqsk>\d+)\)$",
+        (
+            Sample("execute_8192_context_9(sq8155sk8430sqsq7475785sqsk7671310)_generation_37(sq37sk34489sqsq37sqsk34489)",
+                   {"total": "8192", "nc": "9", "c_sq": "8155", "c_sk": "8430", "c_sqsq": "7475785",
+                    "c_sqsk": "7671310", "ng": "37", "g_sq": "37", "g_sk": "34489"},
+                   _TR + "vllm_mi300x_mixed_step_ctx9_gen37.json.gz"),
+            Sample("execute_15360_context_15(sq15360sk15360sqsq15728640sqsk15728640)_generation_0(sq0sk0sqsq0sqsk0)",
+                   {"total": "15360", "nc": "15", "c_sq": "15360", "ng": "0", "g_sq": "0"},
+                   _TR + "sglang_mi300x_qwen3-8b_extend_step.json.gz"),
+        ),
+        doc="vLLM `detailed_trace_annotation` (and the TraceLens SGLang patch): sums of q, kv, q², q·kv per phase.",
+    ),
+    Pattern(
+        "vllm_context_generation_qk",
+        r"^execute_(?:(?P<total>\d+)_)?context_(?P<nc>\d+)\((?P<c_tok>\d+)_(?P<c_qk>\d+)\)_generation_(?P<ng>\d+)\((?P<g_tok>\d+)(?:_(?P<g_qk>\d+))?\)$",
+        (
+            Sample("execute_context_1(888_788544)_generation_0(0)",
+                   {"nc": "1", "c_tok": "888", "c_qk": "788544", "ng": "0", "g_tok": "0", "g_qk": None},
+                   _TR + "vllm_b200_tp8_eager_prefill_step.json.gz"),
+        ),
+        doc="Context tokens with their q·kv attention work (888 tokens, 888² = 788544 with no cached prefix).",
+    ),
+    Pattern(
+        "vllm_context_generation",
+        r"^execute_(?:(?P<total>\d+)_)?context_(?P<nc>\d+)\((?P<c_tok>\d+)\)_generation_(?P<ng>\d+)\((?P<g_tok>\d+)\)$",
+        (
+            Sample("execute_context_2(4096)_generation_30(30)", {"nc": "2", "c_tok": "4096", "ng": "30", "g_tok": "30"}),
+        ),
+        doc="vLLM `Worker.annotate_profile`: context (prefill) and generation (decode) request and token counts.",
+    ),
+    Pattern(
+        "vllm_new_cached",
+        r"^execute_new_(?P<new>\d+)_cached_(?P<cached>\d+)$",
+        (Sample("execute_new_3_cached_29", {"new": "3", "cached": "29"}),),
+        doc="vLLM ~0.10-0.11 `annotate_profile`: new (first-scheduled) and carried-over requests.",
+    ),
+    Pattern(
+        "sglang_step",
+        r"^step\[(?P<mode>[A-Z_]+)(?: bs=(?P<bs>\d+))?(?: toks=(?P<toks>\d+))?[^\]]*\]",
+        (
+            Sample("step[EXTEND bs=15 toks=15360]", {"mode": "EXTEND", "bs": "15", "toks": "15360"},
+                   _TR + "sglang_mi300x_qwen3-8b_extend_step.json.gz"),
+            Sample("step[DECODE bs=32]", {"mode": "DECODE", "bs": "32", "toks": None}),
+        ),
+        doc="SGLang scheduler step annotation (`step[EXTEND …]`, `step[DECODE …]`, `step[MIXED …]`).",
+    ),
+]
+PATTERNS = STEP_PATTERNS
+_P = {p.name: p for p in STEP_PATTERNS}
+
+# Category routing. Old (pre-2022) Kineto names map case-insensitively onto current ones.
+_CAT_NORMAL = {"kernel": "kernel", "runtime": "cuda_runtime", "memcpy": "gpu_memcpy", "memset": "gpu_memset",
+               "driver": "cuda_driver"}
+_STORED = {
+    "kernel": "gpu_kernels", "gpu_memcpy": "gpu_memops", "gpu_memset": "gpu_memops",
+    "cpu_op": "cpu_ops", "user_annotation": "cpu_ops", "python_function": "cpu_ops",
+    "cuda_runtime": "runtime_calls", "cuda_driver": "runtime_calls", "gpu_user_annotation": "gpu_annotations",
+}
+# Kineto ActivityType names and other categories real traces carry that stallscope does not store.
+_KNOWN_NOISE = {
+    "ac2g", "fwdbwd", "async_gpu", "async_cpu_to_gpu", "overhead", "trace", "cpu_instant_event",
+    "external_correlation", "cuda_sync", "cuda_event", "cuda_profiler_range", "mtia_runtime", "mtia_ccp_events",
+    "mtia_insight", "mtia_counters", "glow_runtime", "hpu_op", "xpu_runtime", "xpu_driver", "collective_comm",
+    "privateuse1_runtime", "privateuse1_driver", "xpu_scope_profiler", "xpu_sync", "hardware_counters",
+}
+
+
+class KinetoParser(Parser):
+    name = "kineto"
+    version = VERSION
+    formats = ("kineto_trace",)
+    order = 10
+
+    def sniff(self, head: bytes, inp):
+        h = head.lstrip()
+        if h[:1] == b"{":
+            if b'"traceEvents"' in h:
+                return "kineto_trace", 0.95
+            if b'"schemaVersion"' in h and b'"deviceProperties"' in h:
+                return "kineto_trace", 0.8
+        if h[:1] == b"[" and b'"ph"' in h[:4096] and b'"ts"' in h[:4096]:
+            return "kineto_trace", 0.6
+        return None
+
+    def parse(self, ctx: ParseContext, fmt: str) -> None:
+        was_enabled = gc.isenabled()
+        gc.disable()  # the cyclic GC halves decode throughput on millions of small objects
+        try:
+            _Loader(ctx).run()
+        finally:
+            if was_enabled:
+                gc.enable()
+
+
+PARSER = KinetoParser()
+
+
+class _Loader:
+    """One trace file through the pipeline: decode → staging table → canonical tables → links → steps."""
+
+    def __init__(self, ctx: ParseContext):
+        self.ctx = ctx
+        self.con = ctx.con
+        self.sid = ctx.source_id
+
+    # -- decoding ----------------------------------------------------------------------------------
+    def run(self) -> None:
+        ctx = self.ctx
+        dec = ctx.input.read_all()
+        data = dec.data
+        ctx.raw_bytes = len(data)
+        if not data.strip():
+            raise InputError(f"{ctx.path}: " + (dec.error or "no data"))
+        header, raws, cut = self._split(data, dec.error)
+        self.header = {k: _decode_small(v) for k, v in header.items()}
+        base = self.header.get("baseTimeNanoseconds")
+        self.base = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else None
+        self.truncated = cut is not None
+        if cut is not None:
+            offset, reason, tail = cut
+            ctx.reject(reason, tail, byte_offset=offset)
+        self._stage(raws, self.base or 0)
+        del raws
+        self._derive()
+
+    def _split(self, data: bytes, gzip_error: str | None):
+        """Header keys and the raw event slices; on a cut file, every complete event before the cut."""
+        try:
+            top = _top_decoder.decode(data)
+            if isinstance(top, dict) and "traceEvents" in top:
+                raws = _raw_list_decoder.decode(top.pop("traceEvents"))
+                return top, raws, None
+            if "traceEvents" not in top:
+                raise InputError(f"{self.ctx.path}: JSON object has no traceEvents")
+        except msgspec.ValidationError:
+            # A bare Chrome-trace array: `[ {event}, ... ]`.
+            try:
+                return {}, _raw_list_decoder.decode(data), None
+            except msgspec.DecodeError:
+                pass
+        except msgspec.DecodeError:
+            pass
+        return self._recover(data, gzip_error)
+
+    def _recover(self, data: bytes, gzip_error: str | None):
+        key = data.find(b'"traceEvents"')
+        bare = data.lstrip()[:1] == b"["
+        if key < 0 and not bare:
+            why = gzip_error or "JSON is malformed or cut before traceEvents"
+            raise InputError(f"{self.ctx.path}: not a readable trace ({why})")
+        header: dict = {}
+        if key >= 0:
+            start = data.find(b"[", key)
+            try:
+                header = _top_decoder.decode(data[:key] + b'"traceEvents": []}')
+                header.pop("traceEvents", None)
+            except msgspec.DecodeError:
+                header = {}
+        else:
+            start = data.find(b"[")
+        if start < 0:
+            raise InputError(f"{self.ctx.path}: trace cut before its first event ({gzip_error or 'JSON cut'})")
+        buf = bytearray(data[start:])
+        view = memoryview(buf)
+        pos = len(buf)
+        raws = None
+        for _ in range(10_000):
+            pos = buf.rfind(b"}", 0, pos)
+            if pos < 0:
+                break
+            if pos + 1 < len(buf):
+                saved = buf[pos + 1]
+                buf[pos + 1] = 0x5D  # ']'
+                try:
+                    raws = _raw_list_decoder.decode(view[: pos + 2])
+                    break
+                except msgspec.DecodeError:
+                    buf[pos + 1] = saved
+            else:
+                try:
+                    raws = _raw_list_decoder.decode(bytes(buf) + b"]")
+                    break
+                except msgspec.DecodeError:
+                    pass
+        if raws is None:
+            raws = []
+        # The raw slices point into `buf`, whose only change is past the last kept event.
+        kept_end = start + pos + 1 if raws else start + 1
+        tail = data[kept_end: kept_end + 512]
+        why = gzip_error or "JSON ends early"
+        reason = (f"trace cut: {why}; kept {len(raws)} complete events, dropped {len(data) - kept_end} bytes "
+                  f"after decompressed byte {kept_end}")
+        return header, raws, (kept_end, reason, tail.lstrip(b", \r\n\t"))
+
+    def _stage(self, raws: list, offset_ns: int) -> None:
+        """Raw events → one typed staging table `_kin`, a batch at a time (bounds memory on huge traces).
+
+        Each batch is joined with newlines into one buffer; the Arrow string array over it is built from the
+        slice lengths alone (no per-event Python objects), and DuckDB parses the events in parallel."""
+        con = self.con
+        con.execute("DROP TABLE IF EXISTS _kin")
+        norm = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in _CAT_NORMAL.items())
+        n = len(raws)
+        step = max(1, self.ctx.options.chunk_events)
+        for lo in range(0, n, step):
+            batch = raws[lo: lo + step]
+            lens = np.fromiter(map(len, batch), dtype=np.int64, count=len(batch))
+            offsets = np.zeros(len(batch) + 1, dtype=np.int64)
+            np.cumsum(lens + 1, out=offsets[1:])
+            data = b"\n".join(batch) + b"\n"  # trailing whitespace is valid JSON
+            tbl = pa.table({
+                "event_id": pa.array(np.arange(lo, lo + len(batch), dtype=np.int64)),
+                "j": pa.LargeStringArray.from_buffers(len(batch), pa.py_buffer(offsets), pa.py_buffer(data)),
+            })
+            con.register("_kin_batch", tbl)
+            verb = "CREATE TEMP TABLE _kin AS" if lo == 0 else "INSERT INTO _kin"
+            con.execute(f"""{verb}
+                SELECT event_id, {_STAGE_SELECT},
+                       TRY_CAST(pid_s AS BIGINT) AS pid, TRY_CAST(tid_s AS BIGINT) AS tid,
+                       CASE lower(cat) {norm} ELSE cat END AS ncat,
+                       TRY_CAST(ts_txt AS DOUBLE) AS ts,
+                       -- Exact decimal arithmetic: epoch-µs timestamps (~1.7e15) lose ns in a double.
+                       coalesce(CAST(round(TRY_CAST(ts_txt AS DECIMAL(38, 6)) * 1000) AS BIGINT),
+                                CAST(round(TRY_CAST(ts_txt AS DOUBLE) * 1000) AS BIGINT)) + {offset_ns} AS start_ns,
+                       greatest(CAST(round(coalesce(dur, 0) * 1000) AS BIGINT), 0) AS dur_ns
+                FROM (SELECT event_id, j, json_transform(j, '{_SPEC}') AS e FROM _kin_batch)""")
+            con.unregister("_kin_batch")
+            del tbl, data, batch
+            self.ctx.progress(min(lo + step, n))
+        if n == 0:
+            raise InputError(f"{self.ctx.path}: trace has no events")
+        self.n_events = n
+
+    # -- derivation (SQL) --------------------------------------------------------------------------
+    def _derive(self) -> None:
+        con, ctx, sid = self.con, self.ctx, self.sid
+        h, base = self.header, self.base
+        min_ts = con.execute("SELECT min(ts) FROM _kin WHERE ph = 'X'").fetchone()[0]
+        if base is not None:
+            mode = "relative_to_base"
+            ctx.set_clock("trace_base_time", f"abs_ns = baseTimeNanoseconds ({base}) + round(ts*1000)")
+        elif min_ts is not None and min_ts > 1e14:
+            mode = "epoch_us"
+            ctx.set_clock("trace_epoch_us", "no baseTimeNanoseconds: ts read as epoch microseconds (old Kineto)")
+        else:
+            mode = "relative_unanchored"
+            ctx.set_clock("trace_unanchored", "no baseTimeNanoseconds and ts is not epoch µs: times are relative "
+                                              "to the trace's own origin, not wall clock")
+        dist = h.get("distributedInfo") if isinstance(h.get("distributedInfo"), dict) else {}
+        rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
+        self.rank = rank
+
+        con.execute("CREATE TEMP VIEW _kx AS SELECT * FROM _kin WHERE ph = 'X' AND ts IS NOT NULL")
+        self._account()
+        self._cpu_ops()
+        self._steps_windows()
+        self._runtime()
+        self._gpu()
+        self._steps()
+        self._meta(h, base, mode, rank, dist)
+        span = con.execute("SELECT min(start_ns), max(start_ns + dur_ns) FROM _kx").fetchone()
+        ctx.first_ns, ctx.last_ns = span
+        con.execute("DROP VIEW IF EXISTS _kx")
+        for t in ("_kin", "_kops", "_kwin", "_krt"):
+            con.execute(f"DROP TABLE IF EXISTS {t}")
+
+    def _account(self) -> None:
+        """trace_categories: where every event went (a table, `skipped` as known noise, `unknown`, `rejected`)."""
+        con = self.con
+        stored_case = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in _STORED.items())
+        noise = ", ".join(f"'{c}'" for c in sorted(_KNOWN_NOISE))
+        norm = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in _CAT_NORMAL.items())
+        keep_py = self.ctx.options.keep_python_functions
+        py_kept = "true" if keep_py else "name LIKE '%execute_model'"
+        con.execute(f"""
+            CREATE TEMP TABLE _kacc AS
+            WITH e AS (SELECT event_id, ph, cat, name, CASE lower(cat) {norm} ELSE cat END AS ncat, ts FROM _kin)
+            SELECT event_id, ph, cat,
+                   CASE WHEN ph IS NULL OR (ph = 'X' AND ts IS NULL) THEN 'rejected'
+                        WHEN ph = 'X' AND ncat = 'python_function' AND NOT ({py_kept}) THEN 'skipped'
+                        WHEN ph = 'X' AND ncat IN ({', '.join(f"'{k}'" for k in _STORED)}) THEN CASE ncat {stored_case} END
+                        WHEN ph = 'M' AND name IN ('process_name', 'thread_name', 'process_labels') THEN 'trace_threads'
+                        WHEN ph IN ('M', 's', 'f', 't', 'i', 'I', 'C', 'b', 'e', 'n', 'R', 'P', 'O', 'N', 'D')
+                             OR lower(cat) IN ({noise}) THEN 'skipped'
+                        ELSE 'unknown' END AS stored_in
+            FROM e""")
+        self.ctx.write_sql("trace_categories", "SELECT ph, cat, count(*) AS events, stored_in FROM _kacc GROUP BY ALL")
+        self.ctx.write_rejects(con.sql(
+            "SELECT k.event_id AS record_index, CASE WHEN k.ph IS NULL THEN 'not a trace event (no \"ph\")' "
+            "ELSE 'complete (X) event without ts' END AS reason, k.name AS raw "
+            "FROM _kacc a JOIN _kin k USING (event_id) WHERE a.stored_in = 'rejected'").to_arrow_table())
+        parsed, skipped = con.execute(
+            "SELECT count(*) FILTER (WHERE stored_in NOT IN ('skipped', 'unknown', 'rejected')), "
+            "count(*) FILTER (WHERE stored_in IN ('skipped', 'unknown')) FROM _kacc").fetchone()
+        self.ctx.counts.parsed += int(parsed)
+        self.ctx.counts.skipped += int(skipped)
+        unknown = con.execute("SELECT string_agg(DISTINCT coalesce(cat, '(none)'), ', ') FROM _kacc "
+                              "WHERE stored_in = 'unknown'").fetchone()[0]
+        if unknown:
+            self.ctx.notes.append(f"unknown event categories counted, not stored: {unknown}")
+        con.execute("DROP TABLE _kacc")
+        if not keep_py:
+            con.execute(f"DELETE FROM _kin WHERE ncat = 'python_function' AND NOT ({py_kept})")
+
+    def _cpu_ops(self) -> None:
+        """cpu_ops with nesting depth and parent per thread (numpy sort/search, see stallscope.intervals)."""
+        con = self.con
+        con.execute("""
+            CREATE TEMP TABLE _kops AS
+            WITH base AS (
+                SELECT event_id, ncat AS category, CASE WHEN ncat = 'python_function' THEN 'py' ELSE 'op' END AS fam,
+                       coalesce(pid, -1) AS pid, coalesce(tid, -1) AS tid, start_ns, dur_ns, start_ns + dur_ns AS end_ns,
+                       name, external_id, record_function_id, python_id, python_parent_id
+                FROM _kx WHERE ncat IN ('cpu_op', 'user_annotation', 'python_function')),
+            th AS (SELECT fam, pid, tid, row_number() OVER () - 1 AS th FROM (SELECT DISTINCT fam, pid, tid FROM base))
+            SELECT base.*, th.th FROM base JOIN th USING (fam, pid, tid)""")
+        self.nest: dict[str, tuple[Nesting, np.ndarray]] = {}
+        parts = []
+        for fam in ("op", "py"):
+            cols = con.execute(f"SELECT event_id, th, start_ns, end_ns FROM _kops WHERE fam = '{fam}'").fetchnumpy()
+            ev = np.asarray(cols["event_id"], dtype=np.int64)
+            nest = Nesting(cols["th"], cols["start_ns"], cols["end_ns"])
+            self.nest[fam] = (nest, ev)
+            parent = _take(ev, nest.parent)
+            parts.append(pa.table({"event_id": ev, "depth": nest.depth.astype(np.int32),
+                                   "parent_event_id": pa.array(parent, mask=nest.parent < 0)}))
+        con.register("_knest", pa.concat_tables(parts))
+        self.ctx.write_sql("cpu_ops", f"""
+            SELECT c.event_id, {_sql_int(self.rank)} AS rank, c.category, nullif(c.pid, -1) AS pid,
+                   nullif(c.tid, -1) AS tid, c.start_ns, c.end_ns, c.dur_ns, c.name, c.external_id,
+                   c.record_function_id, c.python_id, c.python_parent_id, n.depth, n.parent_event_id
+            FROM _kops c JOIN _knest n USING (event_id)""")
+        con.unregister("_knest")
+
+    def _steps_windows(self) -> None:
+        """Candidate step windows: execute_model python functions (best family present), else annotations."""
+        con = self.con
+        win_rx = _P["vllm_execute_model_window"].regex
+        con.execute(f"""
+            CREATE TEMP TABLE _kwin AS
+            WITH py AS (
+                SELECT event_id, pid, tid, start_ns, end_ns, name,
+                       CASE regexp_extract(name, '{win_rx}', 1)
+                            WHEN 'gpu_model_runner' THEN 1 WHEN 'gpu_worker' THEN 2 WHEN 'worker/model_runner' THEN 3
+                       END AS prio
+                FROM _kops WHERE category = 'python_function' AND name LIKE '%execute_model'),
+            best AS (SELECT min(prio) AS prio FROM py WHERE prio IS NOT NULL),
+            ann AS (
+                SELECT event_id, pid, tid, start_ns, end_ns, name,
+                       CASE WHEN regexp_matches(name, '{_P['sglang_step'].regex}') THEN 4 ELSE 5 END AS prio
+                FROM _kops WHERE category = 'user_annotation' AND (name LIKE 'execute\\_%' ESCAPE '\\' OR name LIKE 'step[%')),
+            ann_best AS (SELECT min(prio) AS prio FROM ann)
+            SELECT event_id, pid, tid, start_ns, end_ns, name,
+                   'vllm_execute_model' AS marker FROM py WHERE prio = (SELECT prio FROM best)
+            UNION ALL
+            SELECT event_id, pid, tid, start_ns, end_ns, name,
+                   CASE WHEN prio = 4 THEN 'sglang_step' ELSE 'vllm_annotation' END
+            FROM ann WHERE (SELECT prio FROM best) IS NULL AND prio = (SELECT prio FROM ann_best)""")
+        con.execute(f"""
+            CREATE OR REPLACE TEMP TABLE _kwin AS
+            SELECT *, row_number() OVER (ORDER BY start_ns, event_id) - 1 AS step_index,
+                   {self.sid}::BIGINT * 1000000000 + row_number() OVER (ORDER BY start_ns, event_id) - 1 AS step_id
+            FROM _kwin""")
+
+    def _runtime(self) -> None:
+        """runtime_calls, linked to the innermost enclosing CPU op (External id first, then time containment)."""
+        con = self.con
+        con.execute("""
+            CREATE TEMP TABLE _krt AS
+            SELECT event_id, ncat AS category, pid, tid, start_ns, start_ns + dur_ns AS end_ns, dur_ns, name,
+                   correlation, external_id, coalesce(cbid, cid) AS cbid, kernel AS kernel_name,
+                   regexp_matches(name, '(?i)(launch|graphlaunch)') AND NOT regexp_matches(name, '(?i)hostfunc')
+                       AS is_launch,
+                   regexp_matches(name, '(?i)graphlaunch') AS is_graph_launch
+            FROM _kx WHERE ncat IN ('cuda_runtime', 'cuda_driver')""")
+        # The innermost enclosing range at each call, among cpu_op/user_annotation ranges on the launching
+        # thread, else among python_function ranges (CUDA-graph replays have no enclosing ATen op).
+        pts = con.execute("""
+            SELECT r.event_id, r.start_ns, coalesce(o.th, -1) AS th_op, coalesce(p.th, -1) AS th_py
+            FROM _krt r
+            LEFT JOIN (SELECT DISTINCT pid, tid, th FROM _kops WHERE fam = 'op') o
+                   ON o.pid = coalesce(r.pid, -1) AND o.tid = coalesce(r.tid, -1)
+            LEFT JOIN (SELECT DISTINCT pid, tid, th FROM _kops WHERE fam = 'py') p
+                   ON p.pid = coalesce(r.pid, -1) AND p.tid = coalesce(r.tid, -1)""").fetchnumpy()
+        rt_ev = np.asarray(pts["event_id"], dtype=np.int64)
+        found = {}
+        for fam, col in (("op", "th_op"), ("py", "th_py")):
+            nest, ev = self.nest[fam]
+            th = np.asarray(pts[col], dtype=np.int64)
+            idx = np.full(len(rt_ev), -1, dtype=np.int64)
+            has = th >= 0
+            if has.any() and nest.n:
+                idx[has] = nest.enclosing(th[has], np.asarray(pts["start_ns"], dtype=np.int64)[has])
+            found[fam] = _take(ev, idx)
+        con.register("_kcont", pa.table({
+            "event_id": rt_ev,
+            "op_id": pa.array(found["op"], mask=found["op"] < 0),
+            "py_id": pa.array(found["py"], mask=found["py"] < 0)}))
+        con.execute("""
+            CREATE TEMP TABLE _krt_link AS
+            WITH ext AS (
+                -- Old traces number External ids differently on both sides: accept only a link in time.
+                SELECT r.event_id, min(o.event_id) AS op_id
+                FROM _krt r JOIN _kops o ON o.fam = 'op' AND o.external_id = r.external_id
+                 AND r.start_ns >= o.start_ns AND r.start_ns <= o.end_ns
+                WHERE r.external_id IS NOT NULL GROUP BY r.event_id)
+            SELECT r.event_id,
+                   coalesce(ext.op_id, c.op_id, c.py_id) AS op_id,
+                   CASE WHEN ext.op_id IS NOT NULL THEN 'external_id' WHEN c.op_id IS NOT NULL THEN 'containment'
+                        WHEN c.py_id IS NOT NULL THEN 'containment_python' END AS cpu_link
+            FROM _krt r LEFT JOIN ext USING (event_id) LEFT JOIN _kcont c USING (event_id)""")
+        con.unregister("_kcont")
+        self.ctx.write_sql("runtime_calls", f"""
+            SELECT r.event_id, {_sql_int(self.rank)} AS rank, r.category, r.pid, r.tid, r.start_ns, r.end_ns,
+                   r.dur_ns, r.name, r.correlation, r.external_id, r.cbid, r.kernel_name, r.is_launch,
+                   r.is_graph_launch, l.op_id AS cpu_op_event_id, l.cpu_link, w.step_id
+            FROM _krt r LEFT JOIN _krt_link l USING (event_id)
+            LEFT JOIN _kwin w ON w.pid = r.pid AND r.start_ns >= w.start_ns AND r.start_ns < w.end_ns""")
+        con.execute("DROP TABLE _krt_link")
+
+    def _gpu(self) -> None:
+        """gpu_kernels, gpu_memops, gpu_annotations, each linked to its launch by correlation."""
+        con, w = self.con, self.ctx.write_sql
+        rank = _sql_int(self.rank)
+        con.execute(f"""
+            CREATE TEMP TABLE _klaunch AS
+            SELECT correlation, arg_min(event_id, (category <> 'cuda_runtime', event_id)) AS launch_event_id
+            FROM runtime_calls WHERE source_id = {self.sid} AND correlation IS NOT NULL GROUP BY correlation""")
+        launch_join = f"""
+            LEFT JOIN _klaunch l ON l.correlation = k.correlation
+            LEFT JOIN runtime_calls r ON r.source_id = {self.sid} AND r.event_id = l.launch_event_id"""
+        w("gpu_kernels", f"""
+            SELECT k.event_id, {rank} AS rank, CAST(coalesce(k.device, k.pid) AS INTEGER) AS device,
+                   CAST(coalesce(k.stream, k.tid) AS INTEGER) AS stream, k.start_ns, k.start_ns + k.dur_ns AS end_ns,
+                   k.dur_ns, k.name, k.correlation, k.external_id,
+                   k.grid[1] AS grid_x, k.grid[2] AS grid_y, k.grid[3] AS grid_z,
+                   k.block[1] AS block_x, k.block[2] AS block_y, k.block[3] AS block_z,
+                   k.registers AS registers_per_thread, k.shared_memory AS shared_memory_bytes,
+                   k.blocks_per_sm, k.warps_per_sm, k.occupancy AS occupancy_pct,
+                   l.launch_event_id, r.cpu_op_event_id, r.cpu_link, r.is_graph_launch AS graph_launch, r.step_id
+            FROM _kx k {launch_join} WHERE k.ncat = 'kernel'""")
+        w("gpu_memops", f"""
+            SELECT k.event_id, {rank} AS rank, CASE k.ncat WHEN 'gpu_memcpy' THEN 'memcpy' ELSE 'memset' END AS kind,
+                   CAST(coalesce(k.device, k.pid) AS INTEGER) AS device,
+                   CAST(coalesce(k.stream, k.tid) AS INTEGER) AS stream, k.start_ns, k.start_ns + k.dur_ns AS end_ns,
+                   k.dur_ns, k.name, TRY_CAST(k.nbytes AS BIGINT) AS bytes, k.bandwidth AS bandwidth_gbps,
+                   k.kind AS copy_kind, k.correlation, k.external_id, l.launch_event_id, r.step_id
+            FROM _kx k {launch_join} WHERE k.ncat IN ('gpu_memcpy', 'gpu_memset')""")
+        w("gpu_annotations", f"""
+            SELECT event_id, {rank} AS rank, CAST(coalesce(device, pid) AS INTEGER) AS device,
+                   CAST(coalesce(stream, tid) AS INTEGER) AS stream, start_ns, start_ns + dur_ns AS end_ns, dur_ns,
+                   name, external_id
+            FROM _kx WHERE ncat = 'gpu_user_annotation'""")
+        w("trace_threads", """
+            SELECT coalesce(pid_s, CAST(pid AS VARCHAR)) AS pid, coalesce(tid_s, CAST(tid AS VARCHAR)) AS tid,
+                   name AS kind, rtrim(coalesce(meta_name, labels)) AS value
+            FROM _kin WHERE ph = 'M' AND name IN ('process_name', 'thread_name', 'process_labels')""")
+        con.execute("DROP TABLE _klaunch")
+
+    def _steps(self) -> None:
+        """steps: windows + the best composition annotation overlapping each + GPU work launched inside."""
+        con = self.con
+        comp_cols = ["c_total", "ctx_reqs", "ctx_tokens", "gen_reqs", "gen_tokens", "new_reqs", "cached_reqs",
+                     "ctx_sum_kv", "ctx_sum_qq", "ctx_sum_qkv", "gen_sum_kv", "gen_sum_qkv", "batch_size"]
+        d, q, c, s = (_P[n].regex for n in ("vllm_detailed", "vllm_context_generation_qk",
+                                             "vllm_context_generation", "vllm_new_cached"))
+        sg = _P["sglang_step"].regex
+
+        def groups(rx):
+            names = sorted(re.compile(rx).groupindex.items(), key=lambda kv: kv[1])
+            return "[" + ", ".join(f"'{k}'" for k, _ in names) + "]"
+
+        def g(alias, group):
+            return f"TRY_CAST(nullif({alias}.{group}, '') AS BIGINT)"
+
+        con.execute(f"""
+            CREATE TEMP TABLE _kcomp AS
+            SELECT event_id, pid, start_ns, end_ns, name,
+                CASE WHEN regexp_matches(name, '{d}') THEN 1 WHEN regexp_matches(name, '{q}') THEN 2
+                     WHEN regexp_matches(name, '{c}') THEN 3 WHEN regexp_matches(name, '{sg}') THEN 4
+                     WHEN regexp_matches(name, '{s}') THEN 5 END AS prio,
+                regexp_extract(name, '{d}', {groups(d)}) AS d, regexp_extract(name, '{q}', {groups(q)}) AS q,
+                regexp_extract(name, '{c}', {groups(c)}) AS c, regexp_extract(name, '{sg}', {groups(sg)}) AS sg,
+                regexp_extract(name, '{s}', {groups(s)}) AS s
+            FROM _kops WHERE category = 'user_annotation' AND (name LIKE 'execute\\_%' ESCAPE '\\' OR name LIKE 'step[%')""")
+        mode = "sg.mode"
+        con.execute(f"""
+            CREATE OR REPLACE TEMP TABLE _kcomp AS
+            SELECT event_id, pid, start_ns, end_ns, name, prio,
+              CASE prio WHEN 1 THEN 'detailed' WHEN 2 THEN 'context_generation_qk' WHEN 3 THEN 'context_generation'
+                        WHEN 4 THEN 'sglang' WHEN 5 THEN 'new_cached' END AS kind,
+              CASE prio WHEN 1 THEN {g('d', 'total')} WHEN 2 THEN {g('q', 'total')} WHEN 3 THEN {g('c', 'total')}
+                        WHEN 4 THEN {g('sg', 'toks')} END AS c_total,
+              CASE prio WHEN 1 THEN {g('d', 'nc')} WHEN 2 THEN {g('q', 'nc')} WHEN 3 THEN {g('c', 'nc')}
+                        WHEN 4 THEN CASE {mode} WHEN 'EXTEND' THEN {g('sg', 'bs')}
+                                         WHEN 'PREFILL' THEN {g('sg', 'bs')} WHEN 'DECODE' THEN 0 END END AS ctx_reqs,
+              CASE prio WHEN 1 THEN {g('d', 'c_sq')} WHEN 2 THEN {g('q', 'c_tok')} WHEN 3 THEN {g('c', 'c_tok')}
+                        WHEN 4 THEN CASE {mode} WHEN 'EXTEND' THEN {g('sg', 'toks')}
+                                         WHEN 'PREFILL' THEN {g('sg', 'toks')} WHEN 'DECODE' THEN 0 END END AS ctx_tokens,
+              CASE prio WHEN 1 THEN {g('d', 'ng')} WHEN 2 THEN {g('q', 'ng')} WHEN 3 THEN {g('c', 'ng')}
+                        WHEN 4 THEN CASE {mode} WHEN 'DECODE' THEN {g('sg', 'bs')}
+                                         WHEN 'EXTEND' THEN 0 WHEN 'PREFILL' THEN 0 END END AS gen_reqs,
+              CASE prio WHEN 1 THEN {g('d', 'g_sq')} WHEN 2 THEN {g('q', 'g_tok')} WHEN 3 THEN {g('c', 'g_tok')}
+                        WHEN 4 THEN CASE {mode} WHEN 'DECODE' THEN {g('sg', 'bs')}
+                                         WHEN 'EXTEND' THEN 0 WHEN 'PREFILL' THEN 0 END END AS gen_tokens,
+              CASE prio WHEN 5 THEN {g('s', 'new')} END AS new_reqs,
+              CASE prio WHEN 5 THEN {g('s', 'cached')} END AS cached_reqs,
+              CASE prio WHEN 1 THEN {g('d', 'c_sk')} END AS ctx_sum_kv,
+              CASE prio WHEN 1 THEN CAST({g('d', 'c_sqsq')} AS DOUBLE) END AS ctx_sum_qq,
+              CASE prio WHEN 1 THEN CAST({g('d', 'c_sqsk')} AS DOUBLE) WHEN 2 THEN CAST({g('q', 'c_qk')} AS DOUBLE)
+                   END AS ctx_sum_qkv,
+              CASE prio WHEN 1 THEN {g('d', 'g_sk')} END AS gen_sum_kv,
+              CASE prio WHEN 1 THEN CAST({g('d', 'g_sqsk')} AS DOUBLE) WHEN 2 THEN CAST({g('q', 'g_qk')} AS DOUBLE)
+                   END AS gen_sum_qkv,
+              CASE prio WHEN 4 THEN {g('sg', 'bs')} END AS batch_size
+            FROM _kcomp WHERE prio IS NOT NULL""")
+        pick = ",\n".join(f"arg_min(a.{col}, (a.prio, -a.overlap)) FILTER (WHERE a.{col} IS NOT NULL) AS {col}"
+                          for col in comp_cols)
+        sid = self.sid
+        self.ctx.write_sql("steps", f"""
+            WITH ann AS (
+                SELECT w.step_id, a.*, least(w.end_ns, a.end_ns) - greatest(w.start_ns, a.start_ns) AS overlap
+                FROM _kwin w JOIN _kcomp a ON a.pid = w.pid AND a.start_ns < w.end_ns AND a.end_ns > w.start_ns),
+            comp AS (
+                SELECT a.step_id, arg_min(a.name, (a.prio, -a.overlap)) AS annotation,
+                       arg_min(a.kind, (a.prio, -a.overlap)) AS annotation_kind, {pick}
+                FROM ann a GROUP BY a.step_id),
+            gpu AS (
+                SELECT step_id, start_ns, end_ns, 1 AS is_kernel FROM gpu_kernels WHERE source_id = {sid} AND step_id IS NOT NULL
+                UNION ALL
+                SELECT step_id, start_ns, end_ns, 0 FROM gpu_memops WHERE source_id = {sid} AND step_id IS NOT NULL),
+            isl AS (
+                SELECT step_id, start_ns, end_ns,
+                       max(end_ns) OVER (PARTITION BY step_id ORDER BY start_ns, end_ns
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+                FROM gpu),
+            busy AS (
+                SELECT step_id, sum(greatest(end_ns - greatest(start_ns, coalesce(prev_end, start_ns)), 0)) AS busy
+                FROM isl GROUP BY step_id),
+            agg AS (
+                SELECT step_id, min(start_ns) AS gs, max(end_ns) AS ge, sum(is_kernel) AS kernels FROM gpu GROUP BY step_id),
+            graphs AS (
+                SELECT step_id, count(*) FILTER (WHERE is_graph_launch) AS n FROM runtime_calls
+                WHERE source_id = {sid} AND step_id IS NOT NULL GROUP BY step_id)
+            SELECT {_sql_int(self.rank)} AS rank, w.step_id, CAST(w.step_index AS INTEGER) AS step_index, w.marker,
+                   w.name AS marker_name, c.annotation, c.annotation_kind,
+                   CASE WHEN c.ctx_reqs IS NULL OR c.gen_reqs IS NULL THEN
+                            CASE WHEN c.new_reqs > 0 AND c.cached_reqs = 0 THEN 'prefill'
+                                 WHEN c.new_reqs > 0 AND c.cached_reqs > 0 THEN 'mixed' END
+                        WHEN c.ctx_reqs > 0 AND c.gen_reqs > 0 THEN 'mixed'
+                        WHEN c.ctx_reqs > 0 THEN 'prefill' WHEN c.gen_reqs > 0 THEN 'decode' ELSE 'empty' END AS phase,
+                   w.start_ns AS cpu_start_ns, w.end_ns AS cpu_end_ns, w.end_ns - w.start_ns AS cpu_dur_ns,
+                   g.gs AS gpu_start_ns, g.ge AS gpu_end_ns, g.ge - g.gs AS gpu_dur_ns, b.busy AS gpu_busy_ns,
+                   coalesce(g.kernels, 0) AS kernel_count, coalesce(gr.n, 0) AS graph_launches,
+                   CAST(c.ctx_reqs AS INTEGER) AS ctx_reqs, c.ctx_tokens, CAST(c.gen_reqs AS INTEGER) AS gen_reqs,
+                   c.gen_tokens, coalesce(c.c_total, c.ctx_tokens + c.gen_tokens) AS total_tokens,
+                   CAST(c.new_reqs AS INTEGER) AS new_reqs, CAST(c.cached_reqs AS INTEGER) AS cached_reqs,
+                   c.ctx_sum_kv, c.ctx_sum_qq, c.ctx_sum_qkv, c.gen_sum_kv, c.gen_sum_qkv,
+                   CAST(c.batch_size AS INTEGER) AS batch_size
+            FROM _kwin w LEFT JOIN comp c USING (step_id) LEFT JOIN agg g USING (step_id)
+            LEFT JOIN busy b USING (step_id) LEFT JOIN graphs gr USING (step_id)
+            ORDER BY w.step_index""")
+        con.execute("DROP TABLE _kcomp")
+
+    def _meta(self, h: dict, base, mode: str, rank, dist: dict) -> None:
+        import orjson
+
+        con = self.con
+        keys = set(h)
+        if keys & {"roctracer_version", "hip_runtime_version", "hip_driver_version"}:
+            vendor = "amd"
+        elif keys & {"cupti_version", "cuda_runtime_version", "cuda_driver_version"}:
+            vendor = "nvidia"
+        else:
+            row = con.execute(f"""SELECT count(*) FILTER (WHERE name LIKE 'hip%'), count(*) FILTER (WHERE name LIKE 'cu%')
+                                  FROM runtime_calls WHERE source_id = {self.sid}""").fetchone()
+            vendor = "amd" if row[0] > row[1] else ("nvidia" if row[1] else None)
+        other = {k: v for k, v in h.items() if k not in ("schemaVersion", "baseTimeNanoseconds", "displayTimeUnit",
+                                                         "deviceProperties", "distributedInfo")}
+        span = con.execute("SELECT min(start_ns), max(start_ns + dur_ns) FROM _kx").fetchone()
+        ws = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
+        sv = h.get("schemaVersion") if isinstance(h.get("schemaVersion"), int) else None
+
+        def js(v):
+            return None if v is None else orjson.dumps(v).decode()
+
+        con.execute("INSERT INTO trace_meta (source_id, schema_version, base_time_ns, ts_mode, display_time_unit, "
+                    "vendor, rank, world_size, device_properties, distributed_info, other, events, truncated, "
+                    "start_ns, end_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [self.sid, sv, base, mode, h.get("displayTimeUnit") if isinstance(h.get("displayTimeUnit"), str)
+                     else None, vendor, rank, ws, js(h.get("deviceProperties")), js(h.get("distributedInfo")),
+                     js(other), self.n_events, self.truncated, span[0], span[1]])
+
+
+def _decode_small(raw) -> object:
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def _take(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """values[idx] where idx >= 0, else -1 (idx -1 means "none")."""
+    if len(values) == 0:
+        return np.full(len(idx), -1, dtype=np.int64)
+    return np.where(idx >= 0, values[np.maximum(idx, 0)], -1)
+
+
+def _sql_int(v) -> str:
+    return "NULL::INTEGER" if v is None else f"{int(v)}::INTEGER"

@@ -1,0 +1,207 @@
+"""Ingest orchestration: find files, detect formats by content, and load each source in its own transaction."""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .errors import InputError, StallscopeError
+from .parsers import InputFile, Options, ParseContext, Parser, all_parsers, detect
+from .schema import TABLES
+
+
+@dataclass
+class IngestResult:
+    path: str
+    status: str  # ingested | replaced | unchanged | failed
+    format: str | None = None
+    parser: str | None = None
+    source_id: int | None = None
+    parsed: int = 0
+    skipped: int = 0
+    rejected: int = 0
+    raw_bytes: int = 0
+    seconds: float = 0.0
+    message: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "failed"
+
+
+def expand(paths: list[Path]) -> tuple[list[Path], list[IngestResult]]:
+    """Files named directly, and every non-hidden file under named directories, sorted for a stable order."""
+    files: list[Path] = []
+    missing: list[IngestResult] = []
+    for p in paths:
+        if p.is_dir():
+            files += sorted(f for f in p.rglob("*") if f.is_file()
+                            and not any(part.startswith(".") for part in f.relative_to(p).parts))
+        elif p.exists():
+            files.append(p)
+        else:
+            missing.append(IngestResult(str(p), "failed", message=f"{p}: no such file or directory"))
+    seen: set[Path] = set()
+    unique = []
+    for f in files:
+        r = f.resolve()
+        if r not in seen:
+            seen.add(r)
+            unique.append(r)
+    return unique, missing
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _classify(inp: InputFile) -> tuple[Parser, str]:
+    if inp.size == 0:
+        raise InputError(f"{inp.path}: empty file")
+    found = detect(inp)
+    if found is None:
+        head = inp.head(4096)
+        if inp.compression == "gzip" and not head:
+            raise InputError(f"{inp.path}: gzip stream ends before any data")
+        if b"\x00" in head:
+            raise InputError(f"{inp.path}: binary file, not a trace, log or benchmark result")
+        preview = head[:60].decode("utf-8", "replace").replace("\n", "\\n")
+        raise InputError(f"{inp.path}: unknown format (not a Kineto trace, vLLM/TGI/SGLang log or benchmark "
+                         f"result); starts with {preview!r}")
+    return found
+
+
+def _delete_source(con, source_id: int) -> None:
+    for t in TABLES.values():
+        if t.per_source:
+            con.execute(f"DELETE FROM {t.name} WHERE source_id = ?", [source_id])
+    con.execute("DELETE FROM sources WHERE source_id = ?", [source_id])
+
+
+def _next_source_id(con) -> int:
+    return int(con.execute("SELECT coalesce(max(source_id), 0) + 1 FROM sources").fetchone()[0])
+
+
+def ingest_one(store, inp: InputFile, parser: Parser, fmt: str, options: Options,
+               progress: Callable[[int], None] | None = None) -> IngestResult:
+    con = store.con
+    path = str(inp.path)
+    digest = sha256_file(inp.path)
+    same = con.execute("SELECT source_id FROM sources WHERE sha256 = ? AND path = ?", [digest, path]).fetchone()
+    if same is None:
+        same = con.execute("SELECT source_id FROM sources WHERE sha256 = ?", [digest]).fetchone()
+    if same is not None:
+        return IngestResult(path, "unchanged", fmt, parser.name, int(same[0]),
+                            message="same content already ingested")
+    old = con.execute("SELECT source_id FROM sources WHERE path = ?", [path]).fetchall()
+    t0 = time.perf_counter()
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for (sid,) in old:
+            _delete_source(con, sid)
+        source_id = _next_source_id(con)
+        con.execute(
+            "INSERT INTO sources (source_id, path, format, parser, parser_version, sha256, size_bytes, compression, "
+            "mtime_ns, ingested_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [source_id, path, fmt, parser.name, parser.version, digest, inp.size, inp.compression,
+             inp.path.stat().st_mtime_ns, time.time_ns()])
+        ctx = ParseContext(con, source_id, inp, options, progress)
+        parser.parse(ctx, fmt)
+        c = ctx.counts
+        if c.parsed == 0:
+            raise InputError(f"{path}: nothing usable in this {fmt} file "
+                             f"({c.skipped} records skipped as noise, {c.rejected} rejected)"
+                             + (f"; {ctx.notes[0]}" if ctx.notes else ""))
+        dt = time.perf_counter() - t0
+        con.execute(
+            "UPDATE sources SET records_parsed = ?, records_skipped = ?, records_rejected = ?, raw_bytes = ?, "
+            "clock_offset_ns = ?, clock_method = ?, clock_note = ?, clock_residual_ns = ?, first_ns = ?, "
+            "last_ns = ?, ingest_s = ? WHERE source_id = ?",
+            [c.parsed, c.skipped, c.rejected, getattr(ctx, "raw_bytes", inp.size), ctx.clock_offset_ns,
+             ctx.clock_method, ctx.clock_note, ctx.clock_residual_ns, getattr(ctx, "first_ns", None),
+             getattr(ctx, "last_ns", None), dt, source_id])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return IngestResult(path, "replaced" if old else "ingested", fmt, parser.name, source_id, c.parsed, c.skipped,
+                        c.rejected, getattr(ctx, "raw_bytes", inp.size), dt, notes=ctx.notes)
+
+
+@dataclass
+class IngestReport:
+    results: list[IngestResult]
+    notes: list[str]  # from cross-source steps (clock alignment), after every file was loaded
+
+    @property
+    def ok(self) -> bool:
+        return any(r.ok for r in self.results)
+
+    def __iter__(self):
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __getitem__(self, i: int) -> IngestResult:
+        return self.results[i]
+
+
+def ingest_paths(store, paths: list[Path], *, options: Options | None = None,
+                 on_file: Callable[[Path, int], Callable[[int], None] | None] | None = None,
+                 on_result: Callable[[IngestResult], None] | None = None) -> IngestReport:
+    """Ingest every file under `paths`; failures are reported per file, never raised for a single bad file."""
+    if store.read_only:
+        raise StallscopeError(f"{store.path} is open read-only")
+    options = options or Options()
+    files, results = expand(paths)
+    planned: list[tuple[InputFile, Parser, str]] = []
+    for f in files:
+        try:
+            inp = InputFile(f)
+            parser, fmt = _classify(inp)
+            planned.append((inp, parser, fmt))
+        except (InputError, OSError) as e:
+            results.append(IngestResult(str(f), "failed", message=_one_line(e)))
+    planned.sort(key=lambda x: x[1].order)
+    touched: dict[str, Parser] = {}
+    for inp, parser, fmt in planned:
+        progress = on_file(inp.path, inp.size) if on_file else None
+        try:
+            r = ingest_one(store, inp, parser, fmt, options, progress)
+        except StallscopeError as e:
+            r = IngestResult(str(inp.path), "failed", fmt, parser.name, message=_one_line(e))
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # a parser bug must not take the other files down, nor print a traceback
+            r = IngestResult(str(inp.path), "failed", fmt, parser.name,
+                             message=f"{inp.path}: {parser.name} failed: {type(e).__name__}: {_one_line(e)}")
+        if r.status in ("ingested", "replaced"):
+            touched[parser.name] = parser
+        results.append(r)
+        if on_result:
+            on_result(r)
+    notes: list[str] = []
+    if touched:
+        new_ids = [r.source_id for r in results if r.status in ("ingested", "replaced")]
+        for p in all_parsers():
+            store.con.execute("BEGIN TRANSACTION")
+            try:
+                notes += p.post_ingest(store.con, new_ids, options)
+                store.con.execute("COMMIT")
+            except StallscopeError as e:
+                store.con.execute("ROLLBACK")
+                notes.append(f"{p.name}: {_one_line(e)}")
+            except Exception as e:  # cross-source steps are best effort; the files themselves are in
+                store.con.execute("ROLLBACK")
+                notes.append(f"{p.name}: cross-source step failed: {type(e).__name__}: {_one_line(e)}")
+    return IngestReport(results, notes)
+
+
+def _one_line(e: BaseException) -> str:
+    s = str(e).strip() or type(e).__name__
+    return s.splitlines()[0]

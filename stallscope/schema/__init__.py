@@ -1,0 +1,103 @@
+"""The canonical schema: every table, column, unit and meaning, defined once and rendered to DDL and docs/schema.md."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Col:
+    name: str
+    type: str
+    unit: str
+    doc: str
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    doc: str
+    cols: tuple[Col, ...]
+    group: str = ""
+    # Tables whose rows belong to one source are deleted with it on re-ingest.
+    per_source: bool = True
+    indexes: tuple[str, ...] = field(default_factory=tuple)
+
+    def ddl(self) -> str:
+        body = ",\n  ".join(f"{c.name} {c.type}" for c in self.cols)
+        return f"CREATE TABLE IF NOT EXISTS {self.name} (\n  {body}\n)"
+
+    def col(self, name: str) -> Col:
+        for c in self.cols:
+            if c.name == name:
+                return c
+        raise KeyError(f"{self.name}.{name}")
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.cols]
+
+
+def _collect() -> dict[str, Table]:
+    from . import core, serving, trace
+
+    out: dict[str, Table] = {}
+    for mod in (core, trace, serving):
+        for t in mod.TABLES:
+            if t.name in out:
+                raise ValueError(f"table {t.name} defined twice")
+            out[t.name] = t
+    return out
+
+
+TABLES: dict[str, Table] = _collect()
+
+
+def render_markdown() -> str:
+    """docs/schema.md, generated so the document can never drift from the DDL."""
+    lines = [
+        "# stallscope canonical schema",
+        "",
+        "Generated from `stallscope/schema/` by `python -m stallscope.schema`; a test fails when this file is stale.",
+        "",
+        "Conventions:",
+        "- One clock: every instant is an `int64` count of **nanoseconds since the Unix epoch, UTC** "
+        "(columns named `*_ns` that are instants: `start_ns`, `end_ns`, `ts_ns`, `arrival_ns`, ...).",
+        "- Durations carry their unit in the name and are named as durations (`dur_ns`, `gap_ns`, `ttft_ns`, "
+        "`e2e_latency_ns`, `*_ms`, `*_pct`, `*_tps` = tokens per second).",
+        "- Every per-source table has `source_id` (a `sources.source_id`); re-ingesting a changed file replaces "
+        "exactly those rows, in one transaction.",
+        "- Each source's clock offset (added to its native times to reach the common clock) and how it was "
+        "obtained are in `sources`.",
+        f"- Schema version: {SCHEMA_VERSION} (stored in `meta`).",
+        "",
+    ]
+    groups: dict[str, list[Table]] = {}
+    for t in TABLES.values():
+        groups.setdefault(t.group, []).append(t)
+    lines.append("Tables: " + ", ".join(f"[`{t.name}`](#{t.name})" for t in TABLES.values()))
+    lines.append("")
+    for group, tables in groups.items():
+        lines += [f"## {group}", ""]
+        for t in tables:
+            lines += [f"### {t.name}", "", t.doc, "", "| column | type | unit | meaning |", "|---|---|---|---|"]
+            for c in t.cols:
+                doc = c.doc.replace("|", "\\|")
+                lines.append(f"| `{c.name}` | {c.type} | {c.unit or ''} | {doc} |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def create_all(con) -> None:
+    """Create every table idempotently and add columns that a newer schema introduced."""
+    con.execute("CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+    for t in TABLES.values():
+        con.execute(t.ddl())
+        have = {r[0] for r in con.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = ? AND table_schema = 'main'",
+            [t.name]).fetchall()}
+        for c in t.cols:
+            if c.name not in have:
+                con.execute(f"ALTER TABLE {t.name} ADD COLUMN {c.name} {c.type}")
+    con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])

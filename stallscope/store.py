@@ -1,0 +1,93 @@
+"""The DuckDB store: one file (or :memory:) holding every canonical table; the notebook API's entry point."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import duckdb
+import polars as pl
+
+from .errors import StallscopeError, StoreLocked
+from .schema import TABLES, create_all
+
+DEFAULT_DB = "stallscope.duckdb"
+
+_LOCK_RX = re.compile(r"Conflicting lock is held in (?P<holder>.+?) \(PID (?P<pid>\d+)\)(?: by user (?P<user>\S+))?")
+
+
+def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open the DuckDB file, turning lock conflicts and unreadable files into one-line errors."""
+    path = str(path)
+    if path != ":memory:":
+        p = Path(path)
+        if read_only and not p.exists():
+            raise StallscopeError(f"no store at {path}: run `stallscope ingest FILE... --db {path}` first")
+        if p.exists() and p.is_dir():
+            raise StallscopeError(f"{path} is a directory, not a DuckDB file")
+    try:
+        return duckdb.connect(path, read_only=read_only)
+    except duckdb.IOException as e:
+        m = _LOCK_RX.search(str(e))
+        if m:
+            who = f"{m['holder']} (PID {m['pid']}" + (f", user {m['user']}" if m["user"] else "") + ")"
+            raise StoreLocked(f"{path} is locked by another process: {who}; wait for it to finish") from None
+        raise StallscopeError(f"cannot open {path}: {str(e).splitlines()[0]}") from None
+    except duckdb.Error as e:
+        raise StallscopeError(f"cannot open {path}: {str(e).splitlines()[0]}") from None
+
+
+class Store:
+    """A stallscope store. `stallscope.open("x.duckdb")`; `s.table(...)`, `s.sql(...)` return polars DataFrames."""
+
+    def __init__(self, path: str | Path = DEFAULT_DB, *, read_only: bool = False):
+        self.path = str(path)
+        self.read_only = read_only
+        self.con = connect(self.path, read_only=read_only)
+        if not read_only:
+            create_all(self.con)
+
+    # -- notebook API ------------------------------------------------------------------------------
+    def sql(self, query: str, params: Sequence | dict | None = None) -> pl.DataFrame:
+        """Run SQL and return a polars DataFrame (through Arrow)."""
+        rel = self.con.sql(query, params=params)
+        if rel is None:  # a statement without a result (DDL, INSERT)
+            return pl.DataFrame()
+        return pl.from_arrow(rel.to_arrow_table())
+
+    def table(self, name: str) -> pl.DataFrame:
+        if name not in TABLES and not self._has_relation(name):
+            raise StallscopeError(f"no table or view named {name!r}; tables: {', '.join(TABLES)}")
+        return self.sql(f'SELECT * FROM "{name}"')
+
+    def ingest(self, paths: str | Path | Iterable[str | Path], **kwargs):
+        """Ingest files or directories, as `stallscope ingest` does; returns one result per file."""
+        from .ingest import ingest_paths
+
+        if isinstance(paths, (str, Path)):
+            paths = [paths]
+        return ingest_paths(self, [Path(p) for p in paths], **kwargs)
+
+    def sources(self) -> pl.DataFrame:
+        return self.sql("SELECT * FROM sources ORDER BY source_id")
+
+    # -- plumbing ----------------------------------------------------------------------------------
+    def _has_relation(self, name: str) -> bool:
+        return bool(self.con.execute(
+            "SELECT 1 FROM information_schema.tables WHERE table_name = ?", [name]).fetchone())
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.path!r})"
+
+
+def open(path: str | Path = DEFAULT_DB, *, read_only: bool = False) -> Store:  # noqa: A001 - notebook API name
+    return Store(path, read_only=read_only)
