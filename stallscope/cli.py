@@ -159,6 +159,26 @@ def steps(db: str = DbOpt, limit: int = typer.Option(50, help="Rows to show (0 =
     _print_df(df, "steps")
 
 
+# Commands contributed by other parts of the package: each module defines `register(app)`.
+_COMMAND_MODULES = ("stallscope.simulate.cli", "stallscope.analyze_cli")
+
+
+def _register_plugins() -> None:
+    import importlib
+
+    for name in _COMMAND_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:  # the module exists but something it imports is missing: a real error
+                raise
+            continue
+        mod.register(app)
+
+
+_register_plugins()
+
+
 def _print_df(df, title: str | None) -> None:
     t = Table(title=title)
     for c in df.columns:
