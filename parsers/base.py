@@ -174,8 +174,8 @@ class ParseContext:
         cols = [d[0] for d in self.con.execute(f"SELECT * FROM ({select_sql}) LIMIT 0", params or []).description]
         n = self.con.execute(
             f"INSERT INTO {table} (source_id, {', '.join(cols)}) SELECT {self.source_id}, * FROM ({select_sql})",
-            params or []).fetchone()
-        return int(n[0]) if n else 0
+            params or []).fetchall()
+        return int(n[0][0]) if n else 0
 
     def reject(self, reason: str, raw: str | bytes | None = None, *, line_no: int | None = None,
                byte_offset: int | None = None, record_index: int | None = None) -> None:

@@ -265,8 +265,9 @@ class _Loader:
                     break
                 except msgspec.DecodeError:
                     pass
-        if raws is None:
-            raws = []
+        if not raws:
+            why = gzip_error or "JSON ends early"
+            raise InputError(f"{self.ctx.path}: not a readable trace: {why} before the first complete event")
         # The raw slices point into `buf`, whose only change is past the last kept event.
         kept_end = start + pos + 1 if raws else start + 1
         tail = data[kept_end: kept_end + 512]
@@ -318,7 +319,7 @@ class _Loader:
     def _derive(self) -> None:
         con, ctx, sid = self.con, self.ctx, self.sid
         h, base = self.header, self.base
-        min_ts = con.execute("SELECT min(ts) FROM _kin WHERE ph = 'X'").fetchone()[0]
+        min_ts = con.execute("SELECT min(ts) FROM _kin WHERE ph = 'X'").fetchall()[0][0]
         if base is not None:
             mode = "relative_to_base"
             ctx.set_clock("trace_base_time", f"abs_ns = baseTimeNanoseconds ({base}) + round(ts*1000)")
@@ -341,7 +342,7 @@ class _Loader:
         self._gpu()
         self._steps()
         self._meta(h, base, mode, rank, dist)
-        span = con.execute("SELECT min(start_ns), max(start_ns + dur_ns) FROM _kx").fetchone()
+        span = con.execute("SELECT min(start_ns), max(start_ns + dur_ns) FROM _kx").fetchall()[0]
         ctx.first_ns, ctx.last_ns = span
         con.execute("DROP VIEW IF EXISTS _kx")
         for t in ("_kin", "_kops", "_kwin", "_krt"):
@@ -374,11 +375,11 @@ class _Loader:
             "FROM _kacc a JOIN _kin k USING (event_id) WHERE a.stored_in = 'rejected'").to_arrow_table())
         parsed, skipped = con.execute(
             "SELECT count(*) FILTER (WHERE stored_in NOT IN ('skipped', 'unknown', 'rejected')), "
-            "count(*) FILTER (WHERE stored_in IN ('skipped', 'unknown')) FROM _kacc").fetchone()
+            "count(*) FILTER (WHERE stored_in IN ('skipped', 'unknown')) FROM _kacc").fetchall()[0]
         self.ctx.counts.parsed += int(parsed)
         self.ctx.counts.skipped += int(skipped)
         unknown = con.execute("SELECT string_agg(DISTINCT coalesce(cat, '(none)'), ', ') FROM _kacc "
-                              "WHERE stored_in = 'unknown'").fetchone()[0]
+                              "WHERE stored_in = 'unknown'").fetchall()[0][0]
         if unknown:
             self.ctx.notes.append(f"unknown event categories counted, not stored: {unknown}")
         con.execute("DROP TABLE _kacc")
@@ -656,11 +657,11 @@ class _Loader:
             vendor = "nvidia"
         else:
             row = con.execute(f"""SELECT count(*) FILTER (WHERE name LIKE 'hip%'), count(*) FILTER (WHERE name LIKE 'cu%')
-                                  FROM runtime_calls WHERE source_id = {self.sid}""").fetchone()
+                                  FROM runtime_calls WHERE source_id = {self.sid}""").fetchall()[0]
             vendor = "amd" if row[0] > row[1] else ("nvidia" if row[1] else None)
         other = {k: v for k, v in h.items() if k not in ("schemaVersion", "baseTimeNanoseconds", "displayTimeUnit",
                                                          "deviceProperties", "distributedInfo")}
-        span = con.execute("SELECT min(start_ns), max(start_ns + dur_ns) FROM _kx").fetchone()
+        span = con.execute("SELECT min(start_ns), max(start_ns + dur_ns) FROM _kx").fetchall()[0]
         ws = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
         sv = h.get("schemaVersion") if isinstance(h.get("schemaVersion"), int) else None
 

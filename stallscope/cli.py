@@ -17,8 +17,15 @@ from .store import DEFAULT_DB, Store
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="LLM-serving forensics: which prefill stalled which decodes, and what it cost.")
-out = Console()
+# Piped output gets a wide, plain console so tables are not folded into unreadable columns.
+out = Console() if sys.stdout.isatty() else Console(width=240, no_color=True)
 err = Console(stderr=True)
+
+
+def _error(msg: str) -> None:
+    """One line on stderr, never wrapped, never styled: scripts and people both read it."""
+    sys.stderr.write(f"error: {msg}\n")
+    sys.stderr.flush()
 
 DbOpt = typer.Option(DEFAULT_DB, "--db", help="DuckDB store file (`:memory:` for a throwaway store).")
 
@@ -87,7 +94,7 @@ def ingest(paths: list[Path] = typer.Argument(..., help="Files or directories (t
         out.print(f"note: {n}")
     for r in report:
         if r.status == "failed":
-            err.print(f"error: {r.message}", markup=False, highlight=False)
+            _error(r.message)
     if not report.results or any(r.status == "failed" for r in report):
         raise typer.Exit(1)
 
@@ -191,9 +198,11 @@ def _print_df(df, title: str | None) -> None:
 def main() -> None:
     """Entry point: every failure is one clear line on stderr and a non-zero exit, never a traceback."""
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)
+        if isinstance(rc, int) and rc:  # click hands typer.Exit codes back instead of raising them
+            sys.exit(rc)
     except StallscopeError as e:
-        err.print(f"error: {e}", markup=False, highlight=False)
+        _error(str(e))
         sys.exit(1)
     except typer.Exit as e:
         sys.exit(e.exit_code)
@@ -204,18 +213,16 @@ def main() -> None:
         err.print("interrupted")
         sys.exit(130)
     except Exception as e:  # noqa: BLE001 - the promise is one line, not a traceback
-        import click
-
-        if isinstance(e, click.exceptions.UsageError):
-            err.print(f"error: {e.format_message()}", markup=False, highlight=False)
-            sys.exit(2)
-        if isinstance(e, click.exceptions.ClickException):
-            err.print(f"error: {e.format_message()}", markup=False, highlight=False)
-            sys.exit(e.exit_code)
+        # Usage errors from the CLI framework (typer vendors click): recognised by shape, not by import path.
+        if hasattr(e, "format_message") and hasattr(e, "exit_code"):
+            if type(e).__name__ == "NoArgsIsHelpError":  # the help text is already printed
+                sys.exit(0)
+            _error(" ".join(str(e.format_message()).split()))
+            sys.exit(e.exit_code or 2)
         if os.environ.get("STALLSCOPE_DEBUG"):
             raise
-        err.print(f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
-                  "(set STALLSCOPE_DEBUG=1 for a traceback)", markup=False, highlight=False)
+        _error(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
+               "(set STALLSCOPE_DEBUG=1 for a traceback)")
         sys.exit(2)
 
 

@@ -83,7 +83,7 @@ def _delete_source(con, source_id: int) -> None:
 
 
 def _next_source_id(con) -> int:
-    return int(con.execute("SELECT coalesce(max(source_id), 0) + 1 FROM sources").fetchone()[0])
+    return int(con.execute("SELECT coalesce(max(source_id), 0) + 1 FROM sources").fetchall()[0][0])
 
 
 def ingest_one(store, inp: InputFile, parser: Parser, fmt: str, options: Options,
@@ -91,9 +91,9 @@ def ingest_one(store, inp: InputFile, parser: Parser, fmt: str, options: Options
     con = store.con
     path = str(inp.path)
     digest = sha256_file(inp.path)
-    same = con.execute("SELECT source_id FROM sources WHERE sha256 = ? AND path = ?", [digest, path]).fetchone()
-    if same is None:
-        same = con.execute("SELECT source_id FROM sources WHERE sha256 = ?", [digest]).fetchone()
+    same = con.execute("SELECT source_id FROM sources WHERE sha256 = ? ORDER BY path = ? DESC LIMIT 1",
+                       [digest, path]).fetchall()
+    same = same[0] if same else None
     if same is not None:
         return IngestResult(path, "unchanged", fmt, parser.name, int(same[0]),
                             message="same content already ingested")

@@ -1,8 +1,7 @@
 """Vectorised interval nesting: depth, parent and innermost enclosing range per thread, by sorts and binary search.
 
 Ranges are half-open [start, end) on a thread (a dense int id). Ties at one instant order as: ranges that end
-there, then ranges that start there (longest first), then query points; a zero-length range ends just after it
-starts. Depth is the number of ranges open just before a range starts (0 = outermost). Everything is numpy
+there, then ranges that start there (longest first), then zero-length ranges' ends, then query points. Depth is the number of ranges open just before a range starts (0 = outermost). Everything is numpy
 sorting and searching, never a loop over events.
 """
 from __future__ import annotations
@@ -70,7 +69,8 @@ class Nesting:
         q_t = np.asarray(q_t, dtype=np.int64)
         if self.n == 0 or len(q_t) == 0:
             return np.full(len(q_t), -1, dtype=np.int64)
-        qk = self._key(q_thread, (q_t - self.t0) * 2)
+        # A point sits after every range that starts or ends at its instant, zero-length ones included.
+        qk = self._key(q_thread, (q_t - self.t0) * 2 + 1)
         starts_le = np.searchsorted(self.s_key, qk, side="right")
         open_ = starts_le - np.searchsorted(self.e_key, qk, side="right")
         cand = self._last_at_depth(q_thread, open_ - 1, starts_le)

@@ -74,7 +74,7 @@ class Store:
     # -- plumbing ----------------------------------------------------------------------------------
     def _has_relation(self, name: str) -> bool:
         return bool(self.con.execute(
-            "SELECT 1 FROM information_schema.tables WHERE table_name = ?", [name]).fetchone())
+            "SELECT 1 FROM information_schema.tables WHERE table_name = ?", [name]).fetchall())
 
     def close(self) -> None:
         self.con.close()

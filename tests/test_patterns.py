@@ -1,0 +1,63 @@
+"""Formats are data: every parser's declared patterns yield their declared fields on their real sample lines."""
+from __future__ import annotations
+
+import gzip
+import importlib
+import pkgutil
+
+import pytest
+
+import stallscope.parsers as parsers_pkg
+from stallscope.parsers.patterns import Pattern
+from conftest import ROOT
+
+
+def _modules():
+    out = []
+    for m in pkgutil.iter_modules(parsers_pkg.__path__):
+        mod = importlib.import_module(f"stallscope.parsers.{m.name}")
+        pats = getattr(mod, "PATTERNS", None)
+        if pats:
+            out.append((m.name, pats))
+    return out
+
+
+MODULES = _modules()
+
+
+def test_every_parser_declares_patterns():
+    names = {p.name for p in parsers_pkg.all_parsers()}
+    with_patterns = {m for m, _ in MODULES}
+    assert "kineto" in with_patterns
+    modules_of = {type(p).__module__.rsplit(".", 1)[1] for p in parsers_pkg.all_parsers()}
+    assert modules_of <= with_patterns, f"parsers without PATTERNS: {modules_of - with_patterns} ({names})"
+
+
+@pytest.mark.parametrize("module,patterns", MODULES, ids=[m for m, _ in MODULES])
+def test_samples_parse_to_declared_fields(module, patterns):
+    problems = []
+    for p in patterns:
+        assert isinstance(p, Pattern)
+        assert p.samples, f"{module}.{p.name} has no sample lines"
+        problems += p.check()
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("module,patterns", MODULES, ids=[m for m, _ in MODULES])
+def test_samples_are_real(module, patterns):
+    """A sample that names a real source must occur in it verbatim."""
+    cache: dict[str, str] = {}
+    missing = []
+    for p in patterns:
+        for s in p.samples:
+            if not s.source:
+                continue
+            path = (ROOT / s.source).resolve()
+            if s.source not in cache:
+                data = path.read_bytes()
+                if data[:2] == b"\x1f\x8b":
+                    data = gzip.decompress(data)
+                cache[s.source] = data.decode("utf-8", "replace")
+            if s.line not in cache[s.source]:
+                missing.append(f"{module}.{p.name}: {s.line[:80]!r} not in {s.source}")
+    assert not missing, "\n".join(missing)

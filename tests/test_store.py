@@ -1,0 +1,120 @@
+"""The store: idempotent ingest, replacement of changed sources, one-line lock errors, notebook API, schema docs."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+
+import polars as pl
+import pytest
+
+import stallscope
+from stallscope.errors import StoreLocked
+from stallscope.schema import TABLES, render_markdown
+from conftest import ROOT, real
+from helpers import cli, load_trace, write_trace
+
+SMALL = "traces/vllm_mi300x_mixed_step_ctx9_gen37.json.gz"
+
+
+def _counts(s) -> dict[str, int]:
+    return {t: s.sql(f"SELECT count(*) FROM {t}").item() for t in TABLES}
+
+
+def test_schema_doc_is_generated_and_current():
+    assert (ROOT / "docs" / "schema.md").read_text() == render_markdown()
+
+
+def test_every_column_documented_with_unit_convention():
+    for t in TABLES.values():
+        assert t.doc
+        for c in t.cols:
+            assert c.doc, f"{t.name}.{c.name} undocumented"
+            if c.name.endswith("_ns") and c.type == "BIGINT":
+                assert c.unit.startswith("ns"), f"{t.name}.{c.name} must say ns"
+        if t.per_source:
+            assert "source_id" in t.names
+
+
+def test_schema_creation_is_idempotent(tmp_path):
+    db = tmp_path / "x.duckdb"
+    stallscope.open(db).close()
+    with stallscope.open(db) as s:
+        assert s.sql("SELECT value FROM meta WHERE key = 'schema_version'").item() == "1"
+        assert set(TABLES) <= set(s.sql("SELECT table_name FROM information_schema.tables")["table_name"])
+
+
+def test_reingest_same_content_is_a_noop(tmp_path):
+    src = tmp_path / "a.json.gz"
+    shutil.copy(real(SMALL), src)
+    with stallscope.open(tmp_path / "s.duckdb") as s:
+        r1 = s.ingest(src)
+        before = _counts(s)
+        r2 = s.ingest(src)
+        assert r1[0].status == "ingested" and r2[0].status == "unchanged"
+        assert _counts(s) == before
+        # The same bytes under another name are recognised too.
+        dup = tmp_path / "copy.bin"
+        shutil.copy(src, dup)
+        assert s.ingest(dup)[0].status == "unchanged"
+        assert _counts(s) == before
+
+
+def test_changed_file_replaces_only_its_rows(tmp_path):
+    a, b = tmp_path / "a.json.gz", tmp_path / "b.json.gz"
+    trace = load_trace(real(SMALL))
+    write_trace(trace, a)
+    shutil.copy(real("traces/vllm_b200_tp8_eager_prefill_step.json.gz"), b)
+    with stallscope.open(tmp_path / "s.duckdb") as s:
+        s.ingest([a, b])
+        kb = s.sql("SELECT count(*) FROM gpu_kernels k JOIN sources USING (source_id) WHERE path LIKE '%b.json.gz'").item()
+        # Drop half the kernels from a and re-ingest the same path.
+        kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
+        drop = {id(e) for e in kernels[: len(kernels) // 2]}
+        trace["traceEvents"] = [e for e in trace["traceEvents"] if id(e) not in drop]
+        write_trace(trace, a)
+        r = s.ingest(a)
+        assert r[0].status == "replaced"
+        assert s.sql("SELECT count(*) FROM sources").item() == 2
+        ka = s.sql("SELECT count(*) FROM gpu_kernels k JOIN sources USING (source_id) WHERE path LIKE '%a.json.gz'").item()
+        assert ka == len(kernels) - len(drop)
+        assert s.sql("SELECT count(*) FROM gpu_kernels k JOIN sources USING (source_id) WHERE path LIKE '%b.json.gz'").item() == kb
+        # No orphans: every per-source row belongs to a live source.
+        for t in TABLES.values():
+            if t.per_source:
+                assert s.sql(f"SELECT count(*) FROM {t.name} WHERE source_id NOT IN (SELECT source_id FROM sources)").item() == 0
+
+
+def test_second_writer_gets_one_line_lock_error(tmp_path):
+    db = tmp_path / "locked.duckdb"
+    stallscope.open(db).close()
+    holder = subprocess.Popen([sys.executable, "-c", f"import duckdb, time; c = duckdb.connect({str(db)!r}); "
+                               "print('ready', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreLocked) as e:
+            stallscope.open(db)
+        assert f"PID {holder.pid}" in str(e.value)
+        r = cli("ingest", real(SMALL), "--db", db)
+        assert r.returncode == 1
+        lines = [l for l in r.stderr.strip().splitlines() if l.strip()]
+        assert len(lines) == 1 and "locked" in lines[0] and str(holder.pid) in lines[0]
+        assert "Traceback" not in r.stderr + r.stdout
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_notebook_api_returns_polars(tmp_path):
+    s = stallscope.open(":memory:")
+    rep = s.ingest([real(SMALL)])
+    assert rep.ok and len(rep) == 1
+    k = s.table("gpu_kernels")
+    assert isinstance(k, pl.DataFrame) and k.height == 413
+    assert k.schema["start_ns"] == pl.Int64
+    df = s.sql("SELECT phase, ctx_tokens FROM steps")
+    assert df.row(0) == ("mixed", 8155)
+    assert s.sql("SELECT count(*) AS n FROM rejects").item() == 0
+    with pytest.raises(stallscope.errors.StallscopeError):
+        s.table("no_such_table")
