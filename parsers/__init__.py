@@ -9,6 +9,7 @@ from .base import InputFile, Options, ParseContext, Parser
 __all__ = ["InputFile", "Options", "ParseContext", "Parser", "all_parsers", "detect"]
 
 _PARSERS: list[Parser] | None = None
+BROKEN: dict[str, str] = {}  # parser modules that failed to import: name -> one-line reason
 
 
 def all_parsers() -> list[Parser]:
@@ -19,7 +20,11 @@ def all_parsers() -> list[Parser]:
         for m in pkgutil.iter_modules(__path__):
             if m.name in ("base", "patterns") or m.name.startswith("_"):
                 continue
-            mod = importlib.import_module(f"{__name__}.{m.name}")
+            try:
+                mod = importlib.import_module(f"{__name__}.{m.name}")
+            except Exception as e:  # one broken parser must not take the others down
+                BROKEN[m.name] = f"{type(e).__name__}: {e}"
+                continue
             p = getattr(mod, "PARSER", None)
             if p is not None:
                 found.append(p)

@@ -158,15 +158,12 @@ class ParseContext:
         unknown = set(data.column_names) - set(t.names)
         if unknown:
             raise ValueError(f"{table} has no column(s) {sorted(unknown)}")
-        cols = [c for c in t.names if c in data.column_names and c != "source_id"]
-        view = f"_w_{table}"
-        self.con.register(view, data)
-        try:
-            self.con.execute(
-                f"INSERT INTO {table} (source_id, {', '.join(cols)}) "
-                f"SELECT {self.source_id}, {', '.join(cols)} FROM {view}")
-        finally:
-            self.con.unregister(view)
+        # A relation over the Arrow data, inserted directly: registering a view instead would keep the Arrow
+        # buffers alive until the ingest transaction commits (DuckDB holds them for MVCC), doubling memory.
+        exprs = [f"{self.source_id}::INTEGER AS source_id"] + [
+            f'CAST("{c.name}" AS {c.type}) AS {c.name}' if c.name in data.column_names else f"NULL::{c.type} AS {c.name}"
+            for c in t.cols if c.name != "source_id"]
+        self.con.from_arrow(data).project(", ".join(exprs)).insert_into(table)
         return data.num_rows
 
     def write_sql(self, table: str, select_sql: str, params=None) -> int:

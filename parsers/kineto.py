@@ -57,6 +57,7 @@ def _staging_select() -> str:
 
 
 _SPEC = _transform_spec()
+_PARSE_BATCH = 16_384
 _STAGE_SELECT = _staging_select()
 _raw_list_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 _top_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -190,11 +191,10 @@ class _Loader:
     def run(self) -> None:
         ctx = self.ctx
         dec = ctx.input.read_all()
-        data = dec.data
-        ctx.raw_bytes = len(data)
-        if not data.strip():
+        ctx.raw_bytes = len(dec.data)
+        if not dec.data or (not dec.data[:4096].strip() and not dec.data.strip()):
             raise InputError(f"{ctx.path}: " + (dec.error or "no data"))
-        header, raws, cut = self._split(data, dec.error)
+        header, raws, cut = self._split(dec.data, dec.error)
         self.header = {k: _decode_small(v) for k, v in header.items()}
         base = self.header.get("baseTimeNanoseconds")
         self.base = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else None
@@ -202,8 +202,11 @@ class _Loader:
         if cut is not None:
             offset, reason, tail = cut
             ctx.reject(reason, tail, byte_offset=offset)
+        del header, cut
         self._stage(raws, self.base or 0)
-        del raws
+        # The raw slices pin the whole decompressed file; let it go before the derivation allocates more.
+        raws.clear()
+        del raws, dec
         self._derive()
 
     def _split(self, data: bytes, gzip_error: str | None):
@@ -277,15 +280,50 @@ class _Loader:
         return header, raws, (kept_end, reason, tail.lstrip(b", \r\n\t"))
 
     def _stage(self, raws: list, offset_ns: int) -> None:
-        """Raw events → one typed staging table `_kin`, a batch at a time (bounds memory on huge traces).
+        """Raw events → narrow typed staging tables, a batch at a time (memory stays bounded on huge traces).
 
         Each batch is joined with newlines into one buffer; the Arrow string array over it is built from the
-        slice lengths alone (no per-event Python objects), and DuckDB parses the events in parallel."""
+        slice lengths alone (no per-event Python objects), and DuckDB parses the events on all cores. Each
+        parsed batch is routed at once: common columns of stored events to `_kev`, category-specific arguments
+        to `_kgpu` / `_kcpu` / `_krtx`, metadata to `_kmeta`, counts per (ph, cat, destination) to `_kacc`,
+        and broken events to `_krej`; nothing else is kept."""
         con = self.con
-        con.execute("DROP TABLE IF EXISTS _kin")
         norm = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in _CAT_NORMAL.items())
+        stored_case = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in _STORED.items())
+        noise = ", ".join(f"'{c}'" for c in sorted(_KNOWN_NOISE))
+        stored = ", ".join(f"'{k}'" for k in _STORED)
+        py_kept = "true" if self.ctx.options.keep_python_functions else "name LIKE '%execute_model'"
+        # Relative timestamps (< 8e12 µs) are exact in a double; absolute epoch-µs ones (~1.7e15, old traces
+        # without baseTimeNanoseconds) are not, so those go through exact decimal arithmetic.
+        ts_ns = ("CAST(round(TRY_CAST(ts_txt AS DOUBLE) * 1000) AS BIGINT)" if offset_ns else
+                 "coalesce(CAST(round(TRY_CAST(ts_txt AS DECIMAL(38, 6)) * 1000) AS BIGINT), "
+                 "CAST(round(TRY_CAST(ts_txt AS DOUBLE) * 1000) AS BIGINT))")
+        routes = {
+            "_kev": "SELECT event_id, ncat, name, pid, tid, start_ns, dur_ns, correlation, external_id FROM _kb "
+                    "WHERE stored_in NOT IN ('skipped', 'unknown', 'rejected', 'trace_threads')",
+            "_kgpu": "SELECT event_id, device, stream, grid, block, registers, shared_memory, blocks_per_sm, "
+                     "warps_per_sm, occupancy, nbytes, bandwidth, kind FROM _kb "
+                     "WHERE stored_in IN ('gpu_kernels', 'gpu_memops', 'gpu_annotations')",
+            "_kcpu": "SELECT event_id, record_function_id, python_id, python_parent_id FROM _kb "
+                     "WHERE stored_in = 'cpu_ops'",
+            "_krtx": "SELECT event_id, cbid, cid, kernel FROM _kb WHERE stored_in = 'runtime_calls'",
+            "_kmeta": "SELECT coalesce(pid_s, CAST(pid AS VARCHAR)) AS pid, coalesce(tid_s, CAST(tid AS VARCHAR)) "
+                      "AS tid, name AS kind, rtrim(coalesce(meta_name, labels)) AS value FROM _kb "
+                      "WHERE stored_in = 'trace_threads'",
+            "_kacc": "SELECT ph, cat, stored_in, count(*) AS events, min(start_ns) FILTER (WHERE ph = 'X') AS lo, "
+                     "max(start_ns + dur_ns) FILTER (WHERE ph = 'X') AS hi FROM _kb GROUP BY ph, cat, stored_in",
+            "_krej": "SELECT event_id AS record_index, CASE WHEN ph IS NULL THEN 'not a trace event (no \"ph\")' "
+                     "ELSE 'complete (X) event without ts' END AS reason, name AS raw FROM _kb "
+                     "WHERE stored_in = 'rejected'",
+        }
         n = len(raws)
+        if n == 0:
+            raise InputError(f"{self.ctx.path}: trace has no events")
+        # Parsing runs on a cursor outside the ingest transaction: Arrow inputs registered inside it would be
+        # kept alive until commit, so memory would grow with every batch.
+        cur = con.cursor()
         step = max(1, self.ctx.options.chunk_events)
+        parts: dict[str, list[pa.Table]] = {}
         for lo in range(0, n, step):
             batch = raws[lo: lo + step]
             lens = np.fromiter(map(len, batch), dtype=np.int64, count=len(batch))
@@ -296,34 +334,57 @@ class _Loader:
                 "event_id": pa.array(np.arange(lo, lo + len(batch), dtype=np.int64)),
                 "j": pa.LargeStringArray.from_buffers(len(batch), pa.py_buffer(offsets), pa.py_buffer(data)),
             })
-            con.register("_kin_batch", tbl)
-            verb = "CREATE TEMP TABLE _kin AS" if lo == 0 else "INSERT INTO _kin"
-            con.execute(f"""{verb}
-                SELECT event_id, {_STAGE_SELECT},
-                       TRY_CAST(pid_s AS BIGINT) AS pid, TRY_CAST(tid_s AS BIGINT) AS tid,
-                       CASE lower(cat) {norm} ELSE cat END AS ncat,
-                       TRY_CAST(ts_txt AS DOUBLE) AS ts,
-                       -- Exact decimal arithmetic: epoch-µs timestamps (~1.7e15) lose ns in a double.
-                       coalesce(CAST(round(TRY_CAST(ts_txt AS DECIMAL(38, 6)) * 1000) AS BIGINT),
-                                CAST(round(TRY_CAST(ts_txt AS DOUBLE) * 1000) AS BIGINT)) + {offset_ns} AS start_ns,
-                       greatest(CAST(round(coalesce(dur, 0) * 1000) AS BIGINT), 0) AS dur_ns
-                FROM (SELECT event_id, j, json_transform(j, '{_SPEC}') AS e FROM _kin_batch)""")
-            con.unregister("_kin_batch")
+            # Several record batches let DuckDB parse them on all cores.
+            tbl = pa.Table.from_batches(tbl.to_batches(max_chunksize=_PARSE_BATCH))
+            cur.register("_kraw", tbl)
+            # Staged as Arrow, not as DuckDB temp tables: inside the ingest transaction every replaced temp
+            # table would be kept alive until commit (MVCC), multiplying memory by the number of batches.
+            kb = cur.sql(f"""
+                WITH t AS (
+                    SELECT event_id, {_STAGE_SELECT}
+                    FROM (SELECT event_id, json_transform(j, '{_SPEC}') AS e FROM _kraw)),
+                c AS (
+                    SELECT * EXCLUDE (pid_s, tid_s, ts_txt, dur),
+                           TRY_CAST(pid_s AS BIGINT) AS pid, TRY_CAST(tid_s AS BIGINT) AS tid,
+                           CASE WHEN TRY_CAST(pid_s AS BIGINT) IS NULL THEN pid_s END AS pid_s,
+                           CASE WHEN TRY_CAST(tid_s AS BIGINT) IS NULL THEN tid_s END AS tid_s,
+                           CASE lower(cat) {norm} ELSE cat END AS ncat,
+                           {ts_ns} + {offset_ns} AS start_ns,
+                           greatest(CAST(round(coalesce(dur, 0) * 1000) AS BIGINT), 0) AS dur_ns
+                    FROM t)
+                SELECT *,
+                       CASE WHEN ph IS NULL OR (ph = 'X' AND start_ns IS NULL) THEN 'rejected'
+                            WHEN ph = 'X' AND ncat = 'python_function' AND NOT ({py_kept}) THEN 'skipped'
+                            WHEN ph = 'X' AND ncat IN ({stored}) THEN CASE ncat {stored_case} END
+                            WHEN ph = 'M' AND name IN ('process_name', 'thread_name', 'process_labels')
+                                 THEN 'trace_threads'
+                            WHEN ph IN ('M', 's', 'f', 't', 'i', 'I', 'C', 'b', 'e', 'n', 'R', 'P', 'O', 'N', 'D')
+                                 OR lower(cat) IN ({noise}) THEN 'skipped'
+                            ELSE 'unknown' END AS stored_in
+                FROM c""").to_arrow_table()
+            cur.unregister("_kraw")
             del tbl, data, batch
+            cur.register("_kb", kb)
+            for table, select in routes.items():
+                parts.setdefault(table, []).append(cur.sql(select).to_arrow_table())
+            cur.unregister("_kb")
+            del kb
             self.ctx.progress(min(lo + step, n))
-        if n == 0:
-            raise InputError(f"{self.ctx.path}: trace has no events")
+        cur.close()
+        self.staged = {t: pa.concat_tables(p) for t, p in parts.items()}
+        for t, tbl in self.staged.items():
+            con.register(t, tbl)
         self.n_events = n
 
     # -- derivation (SQL) --------------------------------------------------------------------------
     def _derive(self) -> None:
-        con, ctx, sid = self.con, self.ctx, self.sid
+        con, ctx = self.con, self.ctx
         h, base = self.header, self.base
-        min_ts = con.execute("SELECT min(ts) FROM _kin WHERE ph = 'X'").fetchall()[0][0]
+        lo, hi = con.execute("SELECT min(lo), max(hi) FROM _kacc WHERE stored_in <> 'rejected'").fetchall()[0]
         if base is not None:
             mode = "relative_to_base"
             ctx.set_clock("trace_base_time", f"abs_ns = baseTimeNanoseconds ({base}) + round(ts*1000)")
-        elif min_ts is not None and min_ts > 1e14:
+        elif lo is not None and lo > 1e17:
             mode = "epoch_us"
             ctx.set_clock("trace_epoch_us", "no baseTimeNanoseconds: ts read as epoch microseconds (old Kineto)")
         else:
@@ -333,88 +394,62 @@ class _Loader:
         dist = h.get("distributedInfo") if isinstance(h.get("distributedInfo"), dict) else {}
         rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
         self.rank = rank
-
-        con.execute("CREATE TEMP VIEW _kx AS SELECT * FROM _kin WHERE ph = 'X' AND ts IS NOT NULL")
+        ctx.first_ns, ctx.last_ns = lo, hi
         self._account()
         self._cpu_ops()
         self._steps_windows()
         self._runtime()
         self._gpu()
         self._steps()
-        self._meta(h, base, mode, rank, dist)
-        span = con.execute("SELECT min(start_ns), max(start_ns + dur_ns) FROM _kx").fetchall()[0]
-        ctx.first_ns, ctx.last_ns = span
-        con.execute("DROP VIEW IF EXISTS _kx")
-        for t in ("_kin", "_kops", "_kwin", "_krt"):
+        self._meta(h, base, mode, rank, dist, lo, hi)
+        for t in self.staged:
+            con.unregister(t)
+        self.staged.clear()
+        for t in ("_kwin", "_krt"):
             con.execute(f"DROP TABLE IF EXISTS {t}")
+        con.execute("DROP VIEW IF EXISTS _kops")
 
     def _account(self) -> None:
-        """trace_categories: where every event went (a table, `skipped` as known noise, `unknown`, `rejected`)."""
+        """trace_categories and the parsed / skipped / rejected counts every event falls into."""
         con = self.con
-        stored_case = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in _STORED.items())
-        noise = ", ".join(f"'{c}'" for c in sorted(_KNOWN_NOISE))
-        norm = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in _CAT_NORMAL.items())
-        keep_py = self.ctx.options.keep_python_functions
-        py_kept = "true" if keep_py else "name LIKE '%execute_model'"
-        con.execute(f"""
-            CREATE TEMP TABLE _kacc AS
-            WITH e AS (SELECT event_id, ph, cat, name, CASE lower(cat) {norm} ELSE cat END AS ncat, ts FROM _kin)
-            SELECT event_id, ph, cat,
-                   CASE WHEN ph IS NULL OR (ph = 'X' AND ts IS NULL) THEN 'rejected'
-                        WHEN ph = 'X' AND ncat = 'python_function' AND NOT ({py_kept}) THEN 'skipped'
-                        WHEN ph = 'X' AND ncat IN ({', '.join(f"'{k}'" for k in _STORED)}) THEN CASE ncat {stored_case} END
-                        WHEN ph = 'M' AND name IN ('process_name', 'thread_name', 'process_labels') THEN 'trace_threads'
-                        WHEN ph IN ('M', 's', 'f', 't', 'i', 'I', 'C', 'b', 'e', 'n', 'R', 'P', 'O', 'N', 'D')
-                             OR lower(cat) IN ({noise}) THEN 'skipped'
-                        ELSE 'unknown' END AS stored_in
-            FROM e""")
-        self.ctx.write_sql("trace_categories", "SELECT ph, cat, count(*) AS events, stored_in FROM _kacc GROUP BY ALL")
-        self.ctx.write_rejects(con.sql(
-            "SELECT k.event_id AS record_index, CASE WHEN k.ph IS NULL THEN 'not a trace event (no \"ph\")' "
-            "ELSE 'complete (X) event without ts' END AS reason, k.name AS raw "
-            "FROM _kacc a JOIN _kin k USING (event_id) WHERE a.stored_in = 'rejected'").to_arrow_table())
+        self.ctx.write_sql("trace_categories",
+                           "SELECT ph, cat, sum(events) AS events, stored_in FROM _kacc GROUP BY ph, cat, stored_in")
+        self.ctx.write_rejects(con.sql("SELECT * FROM _krej").to_arrow_table())
         parsed, skipped = con.execute(
-            "SELECT count(*) FILTER (WHERE stored_in NOT IN ('skipped', 'unknown', 'rejected')), "
-            "count(*) FILTER (WHERE stored_in IN ('skipped', 'unknown')) FROM _kacc").fetchall()[0]
+            "SELECT coalesce(sum(events) FILTER (WHERE stored_in NOT IN ('skipped', 'unknown', 'rejected')), 0), "
+            "coalesce(sum(events) FILTER (WHERE stored_in IN ('skipped', 'unknown')), 0) FROM _kacc").fetchall()[0]
         self.ctx.counts.parsed += int(parsed)
         self.ctx.counts.skipped += int(skipped)
         unknown = con.execute("SELECT string_agg(DISTINCT coalesce(cat, '(none)'), ', ') FROM _kacc "
                               "WHERE stored_in = 'unknown'").fetchall()[0][0]
         if unknown:
             self.ctx.notes.append(f"unknown event categories counted, not stored: {unknown}")
-        con.execute("DROP TABLE _kacc")
-        if not keep_py:
-            con.execute(f"DELETE FROM _kin WHERE ncat = 'python_function' AND NOT ({py_kept})")
 
     def _cpu_ops(self) -> None:
         """cpu_ops with nesting depth and parent per thread (numpy sort/search, see stallscope.intervals)."""
         con = self.con
-        con.execute("""
-            CREATE TEMP TABLE _kops AS
-            WITH base AS (
-                SELECT event_id, ncat AS category, CASE WHEN ncat = 'python_function' THEN 'py' ELSE 'op' END AS fam,
-                       coalesce(pid, -1) AS pid, coalesce(tid, -1) AS tid, start_ns, dur_ns, start_ns + dur_ns AS end_ns,
-                       name, external_id, record_function_id, python_id, python_parent_id
-                FROM _kx WHERE ncat IN ('cpu_op', 'user_annotation', 'python_function')),
-            th AS (SELECT fam, pid, tid, row_number() OVER () - 1 AS th FROM (SELECT DISTINCT fam, pid, tid FROM base))
-            SELECT base.*, th.th FROM base JOIN th USING (fam, pid, tid)""")
-        self.nest: dict[str, tuple[Nesting, np.ndarray]] = {}
+        self.nest: dict[str, tuple[Nesting, np.ndarray, _Threads]] = {}
         parts = []
-        for fam in ("op", "py"):
-            cols = con.execute(f"SELECT event_id, th, start_ns, end_ns FROM _kops WHERE fam = '{fam}'").fetchnumpy()
+        for fam, cats in (("op", "('cpu_op', 'user_annotation')"), ("py", "('python_function')")):
+            cols = con.execute(f"SELECT event_id, coalesce(pid, -1) AS pid, coalesce(tid, -1) AS tid, start_ns, "
+                               f"start_ns + dur_ns AS end_ns FROM _kev WHERE ncat IN {cats}").fetchnumpy()
             ev = np.asarray(cols["event_id"], dtype=np.int64)
-            nest = Nesting(cols["th"], cols["start_ns"], cols["end_ns"])
-            self.nest[fam] = (nest, ev)
+            threads = _Threads(np.asarray(cols["pid"], dtype=np.int64), np.asarray(cols["tid"], dtype=np.int64))
+            nest = Nesting(threads.ids, cols["start_ns"], cols["end_ns"])
+            self.nest[fam] = (nest, ev, threads)
             parent = _take(ev, nest.parent)
             parts.append(pa.table({"event_id": ev, "depth": nest.depth.astype(np.int32),
                                    "parent_event_id": pa.array(parent, mask=nest.parent < 0)}))
         con.register("_knest", pa.concat_tables(parts))
         self.ctx.write_sql("cpu_ops", f"""
-            SELECT c.event_id, {_sql_int(self.rank)} AS rank, c.category, nullif(c.pid, -1) AS pid,
-                   nullif(c.tid, -1) AS tid, c.start_ns, c.end_ns, c.dur_ns, c.name, c.external_id,
-                   c.record_function_id, c.python_id, c.python_parent_id, n.depth, n.parent_event_id
-            FROM _kops c JOIN _knest n USING (event_id)""")
+            SELECT e.event_id, {_sql_int(self.rank)} AS rank, e.ncat AS category, e.pid, e.tid, e.start_ns,
+                   e.start_ns + e.dur_ns AS end_ns, e.dur_ns, e.name, e.external_id, c.record_function_id,
+                   c.python_id, c.python_parent_id, n.depth, n.parent_event_id
+            FROM _kev e JOIN _kcpu c USING (event_id) JOIN _knest n USING (event_id)""")
         con.unregister("_knest")
+        # Later steps look ranges up in the canonical table itself.
+        con.execute(f"CREATE OR REPLACE TEMP VIEW _kops AS SELECT *, CASE WHEN category = 'python_function' "
+                    f"THEN 'py' ELSE 'op' END AS fam FROM cpu_ops WHERE source_id = {self.sid}")
 
     def _steps_windows(self) -> None:
         """Candidate step windows: execute_model python functions (best family present), else annotations."""
@@ -456,21 +491,16 @@ class _Loader:
                    regexp_matches(name, '(?i)(launch|graphlaunch)') AND NOT regexp_matches(name, '(?i)hostfunc')
                        AS is_launch,
                    regexp_matches(name, '(?i)graphlaunch') AS is_graph_launch
-            FROM _kx WHERE ncat IN ('cuda_runtime', 'cuda_driver')""")
+            FROM _kev JOIN _krtx USING (event_id)""")
         # The innermost enclosing range at each call, among cpu_op/user_annotation ranges on the launching
         # thread, else among python_function ranges (CUDA-graph replays have no enclosing ATen op).
-        pts = con.execute("""
-            SELECT r.event_id, r.start_ns, coalesce(o.th, -1) AS th_op, coalesce(p.th, -1) AS th_py
-            FROM _krt r
-            LEFT JOIN (SELECT DISTINCT pid, tid, th FROM _kops WHERE fam = 'op') o
-                   ON o.pid = coalesce(r.pid, -1) AND o.tid = coalesce(r.tid, -1)
-            LEFT JOIN (SELECT DISTINCT pid, tid, th FROM _kops WHERE fam = 'py') p
-                   ON p.pid = coalesce(r.pid, -1) AND p.tid = coalesce(r.tid, -1)""").fetchnumpy()
+        pts = con.execute("SELECT event_id, coalesce(pid, -1) AS pid, coalesce(tid, -1) AS tid, start_ns "
+                          "FROM _krt").fetchnumpy()
         rt_ev = np.asarray(pts["event_id"], dtype=np.int64)
         found = {}
-        for fam, col in (("op", "th_op"), ("py", "th_py")):
-            nest, ev = self.nest[fam]
-            th = np.asarray(pts[col], dtype=np.int64)
+        for fam in ("op", "py"):
+            nest, ev, threads = self.nest[fam]
+            th = threads.lookup(np.asarray(pts["pid"], dtype=np.int64), np.asarray(pts["tid"], dtype=np.int64))
             idx = np.full(len(rt_ev), -1, dtype=np.int64)
             has = th >= 0
             if has.any() and nest.n:
@@ -514,31 +544,28 @@ class _Loader:
             LEFT JOIN _klaunch l ON l.correlation = k.correlation
             LEFT JOIN runtime_calls r ON r.source_id = {self.sid} AND r.event_id = l.launch_event_id"""
         w("gpu_kernels", f"""
-            SELECT k.event_id, {rank} AS rank, CAST(coalesce(k.device, k.pid) AS INTEGER) AS device,
-                   CAST(coalesce(k.stream, k.tid) AS INTEGER) AS stream, k.start_ns, k.start_ns + k.dur_ns AS end_ns,
+            SELECT k.event_id, {rank} AS rank, CAST(coalesce(g.device, k.pid) AS INTEGER) AS device,
+                   CAST(coalesce(g.stream, k.tid) AS INTEGER) AS stream, k.start_ns, k.start_ns + k.dur_ns AS end_ns,
                    k.dur_ns, k.name, k.correlation, k.external_id,
-                   k.grid[1] AS grid_x, k.grid[2] AS grid_y, k.grid[3] AS grid_z,
-                   k.block[1] AS block_x, k.block[2] AS block_y, k.block[3] AS block_z,
-                   k.registers AS registers_per_thread, k.shared_memory AS shared_memory_bytes,
-                   k.blocks_per_sm, k.warps_per_sm, k.occupancy AS occupancy_pct,
+                   g.grid[1] AS grid_x, g.grid[2] AS grid_y, g.grid[3] AS grid_z,
+                   g.block[1] AS block_x, g.block[2] AS block_y, g.block[3] AS block_z,
+                   g.registers AS registers_per_thread, g.shared_memory AS shared_memory_bytes,
+                   g.blocks_per_sm, g.warps_per_sm, g.occupancy AS occupancy_pct,
                    l.launch_event_id, r.cpu_op_event_id, r.cpu_link, r.is_graph_launch AS graph_launch, r.step_id
-            FROM _kx k {launch_join} WHERE k.ncat = 'kernel'""")
+            FROM _kev k JOIN _kgpu g USING (event_id) {launch_join} WHERE k.ncat = 'kernel'""")
         w("gpu_memops", f"""
             SELECT k.event_id, {rank} AS rank, CASE k.ncat WHEN 'gpu_memcpy' THEN 'memcpy' ELSE 'memset' END AS kind,
-                   CAST(coalesce(k.device, k.pid) AS INTEGER) AS device,
-                   CAST(coalesce(k.stream, k.tid) AS INTEGER) AS stream, k.start_ns, k.start_ns + k.dur_ns AS end_ns,
-                   k.dur_ns, k.name, TRY_CAST(k.nbytes AS BIGINT) AS bytes, k.bandwidth AS bandwidth_gbps,
-                   k.kind AS copy_kind, k.correlation, k.external_id, l.launch_event_id, r.step_id
-            FROM _kx k {launch_join} WHERE k.ncat IN ('gpu_memcpy', 'gpu_memset')""")
+                   CAST(coalesce(g.device, k.pid) AS INTEGER) AS device,
+                   CAST(coalesce(g.stream, k.tid) AS INTEGER) AS stream, k.start_ns, k.start_ns + k.dur_ns AS end_ns,
+                   k.dur_ns, k.name, TRY_CAST(g.nbytes AS BIGINT) AS bytes, g.bandwidth AS bandwidth_gbps,
+                   g.kind AS copy_kind, k.correlation, k.external_id, l.launch_event_id, r.step_id
+            FROM _kev k JOIN _kgpu g USING (event_id) {launch_join} WHERE k.ncat IN ('gpu_memcpy', 'gpu_memset')""")
         w("gpu_annotations", f"""
             SELECT event_id, {rank} AS rank, CAST(coalesce(device, pid) AS INTEGER) AS device,
                    CAST(coalesce(stream, tid) AS INTEGER) AS stream, start_ns, start_ns + dur_ns AS end_ns, dur_ns,
                    name, external_id
-            FROM _kx WHERE ncat = 'gpu_user_annotation'""")
-        w("trace_threads", """
-            SELECT coalesce(pid_s, CAST(pid AS VARCHAR)) AS pid, coalesce(tid_s, CAST(tid AS VARCHAR)) AS tid,
-                   name AS kind, rtrim(coalesce(meta_name, labels)) AS value
-            FROM _kin WHERE ph = 'M' AND name IN ('process_name', 'thread_name', 'process_labels')""")
+            FROM _kev JOIN _kgpu USING (event_id) WHERE ncat = 'gpu_user_annotation'""")
+        w("trace_threads", "SELECT pid, tid, kind, value FROM _kmeta")
         con.execute("DROP TABLE _klaunch")
 
     def _steps(self) -> None:
@@ -646,7 +673,7 @@ class _Loader:
             ORDER BY w.step_index""")
         con.execute("DROP TABLE _kcomp")
 
-    def _meta(self, h: dict, base, mode: str, rank, dist: dict) -> None:
+    def _meta(self, h: dict, base, mode: str, rank, dist: dict, start_ns, end_ns) -> None:
         import orjson
 
         con = self.con
@@ -661,7 +688,7 @@ class _Loader:
             vendor = "amd" if row[0] > row[1] else ("nvidia" if row[1] else None)
         other = {k: v for k, v in h.items() if k not in ("schemaVersion", "baseTimeNanoseconds", "displayTimeUnit",
                                                          "deviceProperties", "distributedInfo")}
-        span = con.execute("SELECT min(start_ns), max(start_ns + dur_ns) FROM _kx").fetchall()[0]
+        span = (start_ns, end_ns)
         ws = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
         sv = h.get("schemaVersion") if isinstance(h.get("schemaVersion"), int) else None
 
@@ -681,6 +708,25 @@ def _decode_small(raw) -> object:
         return msgspec.json.decode(raw)
     except msgspec.DecodeError:
         return None
+
+
+class _Threads:
+    """Dense ids for (pid, tid) pairs, and lookups of other pairs (-1 when unseen): sort-based, no Python loop."""
+
+    def __init__(self, pid: np.ndarray, tid: np.ndarray):
+        self.pids, p = np.unique(pid, return_inverse=True)
+        self.tids, t = np.unique(tid, return_inverse=True)
+        self.keys, self.ids = np.unique(p.astype(np.int64) * len(self.tids) + t, return_inverse=True)
+
+    def lookup(self, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+        if len(self.keys) == 0:
+            return np.full(len(pid), -1, dtype=np.int64)
+        pi = np.clip(np.searchsorted(self.pids, pid), 0, len(self.pids) - 1)
+        ti = np.clip(np.searchsorted(self.tids, tid), 0, len(self.tids) - 1)
+        known = (self.pids[pi] == pid) & (self.tids[ti] == tid)
+        key = pi.astype(np.int64) * len(self.tids) + ti
+        ki = np.clip(np.searchsorted(self.keys, key), 0, len(self.keys) - 1)
+        return np.where(known & (self.keys[ki] == key), ki, -1)
 
 
 def _take(values: np.ndarray, idx: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -86,17 +87,30 @@ def _next_source_id(con) -> int:
     return int(con.execute("SELECT coalesce(max(source_id), 0) + 1 FROM sources").fetchall()[0][0])
 
 
+def _existing(con, digest: str, path: str):
+    rows = con.execute("SELECT source_id FROM sources WHERE sha256 = ? ORDER BY path = ? DESC LIMIT 1",
+                       [digest, path]).fetchall()
+    return int(rows[0][0]) if rows else None
+
+
 def ingest_one(store, inp: InputFile, parser: Parser, fmt: str, options: Options,
                progress: Callable[[int], None] | None = None) -> IngestResult:
     con = store.con
     path = str(inp.path)
-    digest = sha256_file(inp.path)
-    same = con.execute("SELECT source_id FROM sources WHERE sha256 = ? ORDER BY path = ? DESC LIMIT 1",
-                       [digest, path]).fetchall()
-    same = same[0] if same else None
-    if same is not None:
-        return IngestResult(path, "unchanged", fmt, parser.name, int(same[0]),
-                            message="same content already ingested")
+    same_size = con.execute("SELECT count(*) FROM sources WHERE size_bytes = ?", [inp.size]).fetchall()[0][0]
+    if same_size:
+        # Probably a re-ingest: settle it by hash before doing any work.
+        digest = sha256_file(inp.path)
+        hashing = None
+        sid = _existing(con, digest, path)
+        if sid is not None:
+            return IngestResult(path, "unchanged", fmt, parser.name, sid, message="same content already ingested")
+    else:
+        # New content by size: hash on another core while parsing (hashlib releases the GIL).
+        pool = ThreadPoolExecutor(max_workers=1)
+        hashing = pool.submit(sha256_file, inp.path)
+        pool.shutdown(wait=False)
+        digest = ""
     old = con.execute("SELECT source_id FROM sources WHERE path = ?", [path]).fetchall()
     t0 = time.perf_counter()
     con.execute("BEGIN TRANSACTION")
@@ -116,12 +130,19 @@ def ingest_one(store, inp: InputFile, parser: Parser, fmt: str, options: Options
             raise InputError(f"{path}: nothing usable in this {fmt} file "
                              f"({c.skipped} records skipped as noise, {c.rejected} rejected)"
                              + (f"; {ctx.notes[0]}" if ctx.notes else ""))
+        if hashing is not None:
+            digest = hashing.result()
+            sid = _existing(con, digest, path)
+            if sid is not None:  # the same bytes under another name, found after the fact
+                con.execute("ROLLBACK")
+                return IngestResult(path, "unchanged", fmt, parser.name, sid,
+                                    message="same content already ingested")
         dt = time.perf_counter() - t0
         con.execute(
-            "UPDATE sources SET records_parsed = ?, records_skipped = ?, records_rejected = ?, raw_bytes = ?, "
-            "clock_offset_ns = ?, clock_method = ?, clock_note = ?, clock_residual_ns = ?, first_ns = ?, "
-            "last_ns = ?, ingest_s = ? WHERE source_id = ?",
-            [c.parsed, c.skipped, c.rejected, getattr(ctx, "raw_bytes", inp.size), ctx.clock_offset_ns,
+            "UPDATE sources SET sha256 = ?, records_parsed = ?, records_skipped = ?, records_rejected = ?, "
+            "raw_bytes = ?, clock_offset_ns = ?, clock_method = ?, clock_note = ?, clock_residual_ns = ?, "
+            "first_ns = ?, last_ns = ?, ingest_s = ? WHERE source_id = ?",
+            [digest, c.parsed, c.skipped, c.rejected, getattr(ctx, "raw_bytes", inp.size), ctx.clock_offset_ns,
              ctx.clock_method, ctx.clock_note, ctx.clock_residual_ns, getattr(ctx, "first_ns", None),
              getattr(ctx, "last_ns", None), dt, source_id])
         con.execute("COMMIT")
