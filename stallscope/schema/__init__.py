@@ -40,10 +40,10 @@ class Table:
 
 
 def _collect() -> dict[str, Table]:
-    from . import core, serving, trace
+    from . import analysis, core, serving, trace
 
     out: dict[str, Table] = {}
-    for mod in (core, trace, serving):
+    for mod in (core, trace, serving, analysis):
         for t in mod.TABLES:
             if t.name in out:
                 raise ValueError(f"table {t.name} defined twice")
@@ -101,3 +101,14 @@ def create_all(con) -> None:
             if c.name not in have:
                 con.execute(f"ALTER TABLE {t.name} ADD COLUMN {c.name} {c.type}")
     con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+    _seed_phase_rules(con)
+
+
+def _seed_phase_rules(con) -> None:
+    """Built-in kernel phase rules: restored on open, user rows left alone."""
+    from .analysis import DEFAULT_PHASE_RULES
+
+    have = {r[0] for r in con.execute("SELECT rule_id FROM phase_rules WHERE builtin").fetchall()}
+    missing = [(*r, True) for r in DEFAULT_PHASE_RULES if r[0] not in have]
+    if missing:
+        con.executemany("INSERT INTO phase_rules VALUES (?, ?, ?, ?, ?, ?, ?)", missing)

@@ -1,0 +1,96 @@
+"""Install the analyses of queries/*.sql on a connection: one documented view or table macro per file.
+
+Each file starts with a comment header, in the manner of Perfetto's trace-processor stdlib:
+
+    -- One paragraph saying what the view or macro is for (any number of comment lines).
+    -- @depends other_view, other_macro
+    -- @param name     What a macro parameter means (macros only).
+    -- @column name    TYPE  What the output column means, with its unit.
+
+followed by a single `CREATE OR REPLACE TEMP VIEW <file stem> AS ...` or
+`CREATE OR REPLACE TEMP MACRO <file stem>(...) AS TABLE ...`. Temp objects work on read-only stores too.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+
+_CREATE_RX = re.compile(r"^\s*CREATE\s+OR\s+REPLACE\s+TEMP\s+(VIEW|MACRO)\s+(\w+)", re.I | re.M)
+
+
+@dataclass
+class QueryDef:
+    name: str
+    kind: str  # view | macro
+    doc: str
+    sql: str
+    depends: list[str] = field(default_factory=list)
+    params: dict[str, str] = field(default_factory=dict)
+    columns: list[tuple[str, str, str]] = field(default_factory=list)  # (name, type, meaning)
+
+
+def parse(name: str, text: str) -> QueryDef:
+    doc, depends, params, cols = [], [], {}, []
+    for line in text.splitlines():
+        s = line.strip()
+        if not s.startswith("--"):
+            if s:
+                break
+            continue
+        body = s[2:].strip()
+        if body.startswith("@depends"):
+            depends += [d.strip() for d in body[len("@depends"):].split(",") if d.strip()]
+        elif body.startswith("@param"):
+            parts = body.split(None, 2)
+            params[parts[1]] = parts[2] if len(parts) > 2 else ""
+        elif body.startswith("@column"):
+            parts = body.split(None, 3)
+            if len(parts) < 4:
+                raise ValueError(f"{name}.sql: @column needs a name, a type and a meaning: {body!r}")
+            cols.append((parts[1], parts[2], parts[3]))
+        else:
+            doc.append(body)
+    m = _CREATE_RX.search(text)
+    if not m or m.group(2) != name or len(_CREATE_RX.findall(text)) != 1:
+        raise ValueError(f"{name}.sql must hold exactly one CREATE OR REPLACE TEMP VIEW|MACRO {name}")
+    return QueryDef(name, m.group(1).lower(), " ".join(doc).strip(), text, depends, params, cols)
+
+
+def all_queries() -> dict[str, QueryDef]:
+    """Every query shipped in stallscope.queries, keyed by name."""
+    out = {}
+    for f in sorted(resources.files("stallscope.queries").iterdir(), key=lambda p: p.name):
+        if f.name.endswith(".sql"):
+            name = f.name[:-4]
+            out[name] = parse(name, f.read_text())
+    return out
+
+
+def _order(qs: dict[str, QueryDef]) -> list[QueryDef]:
+    done: list[QueryDef] = []
+    seen: set[str] = set()
+
+    def visit(n: str, stack: tuple[str, ...]) -> None:
+        if n in seen:
+            return
+        if n in stack:
+            raise ValueError(f"dependency cycle: {' -> '.join(stack + (n,))}")
+        for d in qs[n].depends:
+            if d not in qs:
+                raise ValueError(f"{n}.sql depends on unknown {d}")
+            visit(d, stack + (n,))
+        seen.add(n)
+        done.append(qs[n])
+
+    for n in qs:
+        visit(n, ())
+    return done
+
+
+def install(con) -> dict[str, QueryDef]:
+    """Create every view and macro on `con` (idempotent) and return their definitions."""
+    qs = all_queries()
+    for q in _order(qs):
+        con.execute(q.sql)
+    return qs
