@@ -9,6 +9,10 @@ Each file starts with a comment header, in the manner of Perfetto's trace-proces
 
 followed by a single `CREATE OR REPLACE TEMP VIEW <file stem> AS ...` or
 `CREATE OR REPLACE TEMP MACRO <file stem>(...) AS TABLE ...`. Temp objects work on read-only stores too.
+
+Analysis parameters (SLOs, the spike factor, the baseline window) live in a one-row temp table
+`analysis_params` that the views read, so every analysis is a plain view and one `set_params` call re-aims
+all of them.
 """
 from __future__ import annotations
 
@@ -88,8 +92,31 @@ def _order(qs: dict[str, QueryDef]) -> list[QueryDef]:
     return done
 
 
-def install(con) -> dict[str, QueryDef]:
+# name -> (DuckDB type, default, meaning)
+PARAMS = {
+    "ttft_ms": ("DOUBLE", None, "TTFT SLO, ms (NULL: not checked)"),
+    "tpot_ms": ("DOUBLE", None, "mean TPOT SLO, ms, vLLM's definition (NULL: not checked)"),
+    "itl_ms": ("DOUBLE", None, "worst inter-chunk gap SLO, ms (NULL: not checked); also a spike rule"),
+    "e2el_ms": ("DOUBLE", None, "end-to-end latency SLO, ms (NULL: not checked)"),
+    "spike_k": ("DOUBLE", 3.0, "a gap is a spike when it exceeds spike_k x the expected decode-only gap"),
+    "baseline_window_s": ("DOUBLE", 30.0, "half-width of the sliding window for the decode-only baseline, s"),
+}
+
+
+def set_params(con, **values) -> None:
+    """Set analysis parameters (unknown names are an error); unset ones keep their defaults."""
+    unknown = set(values) - set(PARAMS)
+    if unknown:
+        raise ValueError(f"unknown analysis parameter(s): {sorted(unknown)}")
+    cols = ", ".join(f"{k} {t}" for k, (t, _, _) in PARAMS.items())
+    con.execute(f"CREATE OR REPLACE TEMP TABLE analysis_params ({cols})")
+    row = [values.get(k, d) for k, (_, d, _) in PARAMS.items()]
+    con.execute(f"INSERT INTO analysis_params VALUES ({', '.join('?' for _ in row)})", row)
+
+
+def install(con, **params) -> dict[str, QueryDef]:
     """Create every view and macro on `con` (idempotent) and return their definitions."""
+    set_params(con, **params)
     qs = all_queries()
     for q in _order(qs):
         con.execute(q.sql)

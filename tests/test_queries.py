@@ -24,7 +24,7 @@ def test_documented_columns_are_the_output_columns(empty_store, name):
     if q.kind == "view":
         rel = f"SELECT * FROM {name}"
     else:
-        rel = f"SELECT * FROM {name}()"
+        rel = f"SELECT * FROM {name}()"  # macros take defaults
     got = [(c[0], str(c[1]).upper()) for c in empty_store.con.execute(f"DESCRIBE {rel}").fetchall()]
     want = [(c[0], c[1].upper()) for c in q.columns]
     assert got == want, f"{name}.sql: output {got} != documented {want}"
