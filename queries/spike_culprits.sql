@@ -1,0 +1,39 @@
+-- The requests whose prefill ran inside each spike's gap, ranked by how much of their prefill time fell in
+-- it. With a GPU trace: every overlapping step's in-gap prefill time (`spike_steps`) split over the
+-- requests whose chunks it computed (`prefill_parts`) by token share (evidence `kernels`). Without one: other
+-- requests of the same run whose inferred prefill window (`request_prefill_windows`) overlaps the gap,
+-- ranked by overlap (evidence `inferred`).
+-- @depends spikes, spike_steps, prefill_parts, request_prefill_windows
+-- @column spike_id        BIGINT   The spike.
+-- @column rank            BIGINT   1 = the culprit with the most prefill time in the gap.
+-- @column source_id       INTEGER  Source of the culprit request (its benchmark file).
+-- @column run_line        BIGINT   The culprit's run.
+-- @column request_id      VARCHAR  The culprit (the source's own id).
+-- @column report_id       VARCHAR  The culprit's server request id when known, else request_id.
+-- @column prompt_tokens   INTEGER  The culprit's prompt length, tokens.
+-- @column overlap_ns      BIGINT   Culprit's prefill time inside the gap (traced) or window overlap (inferred), ns.
+-- @column evidence        VARCHAR  `kernels` (traced steps) or `inferred` (request windows).
+CREATE OR REPLACE TEMP VIEW spike_culprits AS
+WITH traced AS (
+    SELECT ss.spike_id, pp.source_id, pp.run_line, pp.request_id, pp.report_id, pp.prompt_tokens,
+           sum(ss.step_prefill_in_gap_ns * pp.tokens / ss.ctx_tokens) AS overlap_ns, 'kernels' AS evidence
+    FROM spike_steps ss
+    JOIN spikes s ON s.spike_id = ss.spike_id
+    JOIN prefill_parts pp ON pp.trace_source_id = ss.source_id AND pp.step_id = ss.step_id
+    WHERE ss.ctx_tokens > 0 AND ss.step_prefill_in_gap_ns > 0
+      AND (s.level = 'step' OR (pp.source_id = s.source_id AND pp.run_line = s.run_line
+                                AND pp.request_id <> s.request_id))
+    GROUP BY ALL),
+inferred AS (
+    SELECT s.spike_id, w.source_id, w.run_line, w.request_id, w.report_id, w.prompt_tokens,
+           least(s.end_ns, w.window_end_ns) - greatest(s.start_ns, w.window_start_ns) AS overlap_ns,
+           'inferred' AS evidence
+    FROM spikes s
+    JOIN request_prefill_windows w ON w.source_id = s.source_id AND w.run_line = s.run_line
+     AND w.window_start_ns < s.end_ns AND w.window_end_ns > s.start_ns AND w.request_id <> s.request_id
+    WHERE s.level = 'request' AND s.spike_id NOT IN (SELECT spike_id FROM spike_steps)),
+allc AS (SELECT * FROM traced UNION ALL SELECT * FROM inferred)
+SELECT spike_id, row_number() OVER (PARTITION BY spike_id ORDER BY overlap_ns DESC, report_id) AS rank,
+       source_id, run_line, request_id, report_id, prompt_tokens, CAST(round(overlap_ns) AS BIGINT) AS overlap_ns,
+       evidence
+FROM allc WHERE overlap_ns > 0;

@@ -1,0 +1,31 @@
+-- Prefill GPU time inside each spike's gap, from the kernels of every trace that covers the gap: per trace,
+-- the sum over its streams of F(end) - F(start) on `prefill_curve`; across traces (TP ranks run the same
+-- steps in parallel) the largest. Spikes no trace covers are absent here.
+-- @depends spikes, prefill_curve
+-- @column spike_id            BIGINT   The spike (`spikes.spike_id`).
+-- @column trace_source_id     INTEGER  The trace whose kernels gave the largest prefill overlap.
+-- @column prefill_overlap_ns  BIGINT   Prefill-phase GPU time that ran inside the gap, ns.
+CREATE OR REPLACE TEMP VIEW spike_prefill AS
+WITH streams AS (
+    SELECT c.source_id, c.stream, min(c.start_ns) AS lo, max(c.end_ns) AS hi FROM prefill_curve c GROUP BY ALL),
+pairs AS (
+    SELECT s.spike_id, s.start_ns, s.end_ns, st.source_id, st.stream
+    FROM spikes s JOIN trace_meta m ON s.end_ns >= m.start_ns AND s.start_ns <= m.end_ns
+    JOIN streams st ON st.source_id = m.source_id),
+f0 AS (
+    SELECT p.spike_id, p.source_id, p.stream,
+           coalesce(c.cum_before_ns + c.prefill_ns * least(greatest((p.start_ns - c.start_ns)
+                    / greatest(c.end_ns - c.start_ns, 1), 0.0), 1.0), 0) AS f
+    FROM pairs p ASOF LEFT JOIN prefill_curve c
+      ON c.source_id = p.source_id AND c.stream = p.stream AND p.start_ns >= c.start_ns),
+f1 AS (
+    SELECT p.spike_id, p.source_id, p.stream,
+           coalesce(c.cum_before_ns + c.prefill_ns * least(greatest((p.end_ns - c.start_ns)
+                    / greatest(c.end_ns - c.start_ns, 1), 0.0), 1.0), 0) AS f
+    FROM pairs p ASOF LEFT JOIN prefill_curve c
+      ON c.source_id = p.source_id AND c.stream = p.stream AND p.end_ns >= c.start_ns),
+per_trace AS (
+    SELECT f1.spike_id, f1.source_id, sum(f1.f - f0.f) AS ns
+    FROM f1 JOIN f0 USING (spike_id, source_id, stream) GROUP BY f1.spike_id, f1.source_id)
+SELECT spike_id, arg_max(source_id, ns) AS trace_source_id, CAST(round(max(ns)) AS BIGINT) AS prefill_overlap_ns
+FROM per_trace GROUP BY spike_id;
