@@ -8,7 +8,7 @@ TABLES = [
         "sources",
         "One row per ingested file. Every input record is accounted for here: "
         "`records_parsed + records_skipped + records_rejected` is the number of records the parser saw "
-        "(trace events for a trace, physical lines for a log, requests for a benchmark file).",
+        "(trace events for a trace, physical lines for a log, requests plus one per run object for a benchmark file).",
         (
             Col("source_id", "INTEGER", "", "Primary key, referenced by every per-source table."),
             Col("path", "VARCHAR", "", "Absolute path of the file as ingested."),
