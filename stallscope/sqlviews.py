@@ -121,3 +121,11 @@ def install(con, **params) -> dict[str, QueryDef]:
     for q in _order(qs):
         con.execute(q.sql)
     return qs
+
+
+def materialise(con, names) -> None:
+    """Compute the named views once: each becomes a view over a temp table holding its rows (in the order
+    given, so later ones read the earlier results instead of recomputing them)."""
+    for name in names:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{name} AS SELECT * FROM {name}")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM _m_{name}")

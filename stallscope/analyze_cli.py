@@ -1,0 +1,95 @@
+"""The `stallscope analyze` command: from a store (or input files) to the stall report and its JSON."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+
+def register(app: typer.Typer) -> None:
+    app.command("analyze")(analyze_cmd)
+
+
+def analyze_cmd(
+        paths: Optional[list[Path]] = typer.Argument(None, help="Input files or directories: ingested into a fresh "
+                                                                "store first (or into --db when given)."),
+        db: Optional[str] = typer.Option(None, "--db", help="Store to analyse (default stallscope.duckdb)."),
+        slo: Optional[str] = typer.Option(None, "--slo", help="SLOs, e.g. ttft=500ms,tpot=50ms,itl=200ms "
+                                                             "(any subset; ms or s)."),
+        attainment: float = typer.Option(0.9, "--attainment", help="Target share of good requests."),
+        spike_k: float = typer.Option(3.0, "--spike-k", help="A gap is a spike above k x the decode-only gap."),
+        json_out: Optional[Path] = typer.Option(None, "--json", help="Write the stallscope.analysis/1 JSON here."),
+        top: int = typer.Option(10, "--top", help="Spikes to show in the terminal summary."),
+        year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
+        tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
+    """Find decode-gap spikes, attribute them to prefill work, and measure goodput and what interference cost."""
+    from .analyze import Options, analyze, parse_slo
+    from .errors import StallscopeError
+    from .parsers import Options as IngestOptions
+    from .store import DEFAULT_DB, Store
+
+    opts = Options(slo=parse_slo(slo), attainment=attainment, spike_k=spike_k)
+    if paths:
+        store = Store(db or ":memory:")
+        report = store.ingest(paths, options=IngestOptions(year=year, tz=tz))
+        failed = [r for r in report if not r.ok]
+        for r in failed:
+            typer.echo(f"error: {r.message}", err=True)
+        if not any(r.ok for r in report):
+            raise StallscopeError("nothing could be ingested")
+    else:
+        store = Store(db or DEFAULT_DB, read_only=True)
+    with store:
+        result = analyze(store.con, opts)
+    if json_out:
+        json_out.write_text(json.dumps(result, indent=1) + "\n")
+    _summary(result, top)
+
+
+def _fmt(v, digits=3):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _summary(r: dict, top: int) -> None:
+    import sys
+
+    out = Console() if sys.stdout.isatty() else Console(width=200, no_color=True)
+    req = r["requests"]
+    w = r["window"]
+    lines = [
+        f"window: {_fmt(w['duration_s'], 1)} s   requests: {req['total']} ({req['failed']} failed)   "
+        f"SLO: {', '.join(f'{k}={v:g}' for k, v in r['slo'].items() if k.endswith('_ms')) or 'none'}",
+        f"goodput: {_fmt(r['goodput_rps'])} req/s   attainment: {_fmt(r['attainment'])} "
+        f"(target {r['slo']['attainment']:g}: {'n/a' if r['meets_attainment'] is None else 'met' if r['meets_attainment'] else 'missed'})",
+        f"without prefill-decode interference: {_fmt(r['goodput_counterfactual_rps'])} req/s "
+        f"(+{req['lost']} good requests, {_fmt(r['goodput_lost_rps'])} req/s lost; an upper bound: ideal "
+        f"disaggregation, no KV-transfer cost)",
+    ]
+    if r.get("goodput_per_gpu_rps") is not None:
+        lines.append(f"per GPU ({r['gpus']} GPUs): {_fmt(r['goodput_per_gpu_rps'], 4)} req/s/GPU")
+    if r.get("interference_gpu_s") is not None:
+        lines.append(f"prefill work that stalled decodes: {_fmt(r['interference_gpu_s'], 2)} GPU-s")
+    for line in lines:
+        out.print(line, highlight=False)
+    spikes = r["spikes"]
+    out.print(f"spikes: {len(spikes)}", highlight=False)
+    if not spikes:
+        return
+    t = Table(title=f"largest {min(top, len(spikes))} spikes")
+    for c in ("gap ms", "x base", "request", "token", "rule", "evidence", "prefill ms", "stalled", "top culprit"):
+        t.add_column(c, overflow="fold")
+    for s in sorted(spikes, key=lambda s: -s["gap_ms"])[:top]:
+        c = s["culprits"][0] if s["culprits"] else None
+        t.add_row(_fmt(s["gap_ms"], 1), _fmt(s["gap_ms"] / s["baseline_ms"], 1) if s["baseline_ms"] else "-",
+                  _fmt(s["request_id"]) if s["request_id"] else f"step {s['step_index']}", _fmt(s["token_index"]),
+                  s["rule"], s["evidence"], _fmt(s["prefill_overlap_ms"], 1), _fmt(s["stalled_decodes"]),
+                  f"{c['request_id']} ({c['prompt_tokens']} tok, {c['overlap_ms']:.0f} ms)" if c else "-")
+    out.print(t)
