@@ -1,0 +1,689 @@
+"""SGLang server logs, 0.1 to 0.5.x, into the canonical tables: scheduler `Prefill batch` / `Decode batch` lines into
+`engine_batches`, `server_args=ServerArgs(…)` (and the scheduler's `max_total_num_tokens=…` line) into
+`engine_config`, `--log-requests` `Finish:` records into `requests`, uvicorn access lines, bench_serving console
+summaries and every other record into `log_events`.
+
+A record starts at a `[time( rank tags)] ` head (after an optional Ray actor prefix, tqdm debris or a docker-compose
+prefix), at a bare batch or access line pasted without the head, at a bench_serving summary header or at a tqdm bar;
+lines that start nothing belong to the record before them (tracebacks, hard-wrapped `Finish:` reprs), except after
+one-line records (batch, access, tqdm), where they form a record of their own. Records are formed with polars
+(start flags, cumulative-sum group ids, `group_by` + `str.join`); no Python loop over lines.
+
+Batch lines are validated against the known field set: a line with an unknown field (a terminal splice such as
+`#cached-tounning-req`) or cut before its last field is rejected with the reason, never half-read into wrong numbers.
+
+Times: `YYYY-MM-DD HH:MM:SS` is local time without zone (`--tz`, default UTC). 0.2.x-0.3.0 print only `HH:MM:SS`:
+the date then comes from another source in the store (the latest with an absolute clock: nearest date, so ±12 h
+coarse) or else the file's modification time (the last line is put at or before it), midnight roll-overs counted
+in file order; the choice is recorded with `ctx.set_clock`. Lines without a timestamp inherit the previous timed
+record's time (NULL when none precedes). (`parsers/logtime` has year logic only; the date logic is here.)
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from zoneinfo import ZoneInfo
+
+import polars as pl
+
+from .base import InputFile, ParseContext, Parser
+from .logtime import check_zone, full_date_ns
+from .patterns import Pattern, Sample
+from .tgi_log import (ANSI_RX, COMPOSE_RX, MSG_MAX, RecordSplitter, clean_text, collapse, config_rows, drop_bad_utf8,
+                      event_message, line_frames, looks_like_traceback, note_rows, span_of_times,
+                      trim_trailing_blanks, with_body, write_config)
+
+VERSION = "1.0"
+NS_PER_S = 1_000_000_000
+DAY_NS = 86400 * NS_PER_S
+# Rows of a time-only log are first written with "day index × 1 day + time of day" (small numbers) and moved onto
+# the calendar at the end, once the date is chosen; anything below this bound (1973) is such a relative time.
+REL_BOUND = 100_000_000_000_000_000
+
+_S = "../shared/real/sglang/"
+_F_CHUNK = _S + "sglang_v0.3.6-0.4.3_prefill_chunked_2048_cache_hit_rate_issue2255.log"
+_F_HHMMSS = _S + "sglang_v0.2-0.3_decode_hhmmss_tp0_issue1270.log"
+_F_BARE = _S + "sglang_v0.2_decode_no_timestamp_issue938.log"
+_F_LARGEST = _S + "sglang_v0.4.4_decode_largest_len_trailing_comma_issue4407.log"
+_F_UVICORN = _S + "sglang_v0.4.6_prefill_no_tp_prefix_with_uvicorn_access_issue6291.log"
+_F_ARGS = _S + "sglang_v0.4.6_server_args_line_truncated_pr6170.log"
+_F_COMMA = _S + "sglang_v0.5.x_prefill_comma_style_trailing_comma_pr13023.log"
+_F_CUDA = _S + "sglang_v0.5.10plus_decode_cuda_graph_tp0_pr22331.log"
+_F_NPU = _S + "sglang_npu_tp0_ep0_spec_decode_pending_token_sglkernelnpu_pr608.log"
+_F_MAMBA = _S + "sglang_hybrid_mamba_prefill_pending_token_npu_pr30047.log"
+_F_TQDM = _S + "sglang_tqdm_interleaved_mangled_lines_pr25960.log"
+_F_FINISH = _S + "sglang_log_requests_finish_line_wrapped_pr11146.log"
+_F_BENCH = _S + "sglang_v0.4.0_bench_serving_text_summary_truncated_issue2805.log"
+
+RANK_TAGS = "DP|PP|ATTN_CP|MOE_DP|TP|EP"
+_TQDM_DEBRIS = r"\d{1,3}%\||\r|it/s\]|s/it\]"
+
+P_HEAD = Pattern(
+    "sglang_head",
+    r"^(?:\((?P<actor>[A-Za-z_]\w*) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[0-9.]+))?\)\s*)?(?P<debris>.*?)"
+    r"\[(?P<ts>(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\]"
+    r"(?: (?P<msg>.*))?$",
+    (Sample("[2024-11-29 10:28:25 TP0] Prefill batch.", {"ts": "2024-11-29 10:28:25", "ranks": " TP0", "debris": ""},
+            _F_CHUNK),
+     Sample("[04:40:55 TP0] Decode batch.", {"ts": "04:40:55", "ranks": " TP0"}, _F_HHMMSS),
+     Sample("[2026-07-21 15:00:13 TP0 EP0] Decode batch, #running-req: 24", {"ranks": " TP0 EP0"}, _F_NPU),
+     Sample('[2025-05-14 09:31:43] INFO:     127.0.0.1:20504 - "POST /v1/completions HTTP/1.1" 200 OK',
+            {"ts": "2025-05-14 09:31:43", "ranks": "", "msg": 'INFO:     127.0.0.1:20504 - "POST /v1/completions '
+                                                             'HTTP/1.1" 200 OK'}, _F_UVICORN),
+     Sample("  0%|                                                                            [2026-05-28 02:59:50 TP0] "
+            "Prefill batch, #new-seq: 1",
+            {"debris": "  0%|                                                                            ",
+             "ts": "2026-05-28 02:59:50"}, _F_TQDM),
+     Sample("(SGLangEngine pid=41820) [2025-09-01 10:00:00 DP1 TP0] Decode batch, #running-req: 3",
+            {"actor": "SGLangEngine", "pid": "41820", "ranks": " DP1 TP0"})),
+    doc="`[asctime{ rank tags}] message`: date optional (0.2.x-0.3.0 print HH:MM:SS only), `.mmm` with SGLANG_LOG_MS, "
+        "rank tags in any order; an optional Ray actor prefix; `debris` must be empty or tqdm output glued in front.",
+)
+P_BATCH = Pattern(
+    "sglang_batch",
+    r"^(?:\[gpu_id=(?P<gpu>\d+)\] )?(?P<label>Prefill batch|Decode batch)(?: \[(?P<iter>\d+)\])?"
+    r"(?:\(mixed #running-req: (?P<mixed>\d+)\))?[.,] (?P<kv>.*)$",
+    (Sample("Prefill batch. #new-seq: 2, #new-token: 2048, #cached-token: 2048, cache hit rate: 0.00%, token usage: "
+            "0.00, #running-req: 1, #queue-req: 30", {"label": "Prefill batch", "iter": None}, _F_CHUNK),
+     Sample("Prefill batch, #new-seq: 3, #new-token: 771, #cached-token: 0, token usage: 0.00, #running-req: 0, "
+            "#queue-req: 0, ", {"label": "Prefill batch", "kv": "#new-seq: 3, #new-token: 771, #cached-token: 0, "
+                                                                "token usage: 0.00, #running-req: 0, #queue-req: 0, "},
+            _F_COMMA),
+     Sample("Decode batch. #running-req: 1010, #token: 55006, token usage: 0.93, gen throughput (token/s): 1397.13, "
+            "#queue-req: 12279", {"label": "Decode batch"}, _F_BARE),
+     Sample("Prefill batch [1234], #new-seq: 1, #new-token: 8, #cached-token: 0, token usage: 0.01, #running-req: 0, "
+            "#queue-req: 0, ", {"iter": "1234"}),
+     Sample("Prefill batch(mixed #running-req: 7). #new-seq: 1, #new-token: 512, #cached-token: 0, cache hit rate: "
+            "0.00%, #queue-req: 0", {"mixed": "7"})),
+    doc="The label (`.` before 0.5.5, `,` after; ` [iter]` with SGLANG_LOG_FORWARD_ITERS; the 0.2.x mixed-chunk form; "
+        "the 0.2.0 `[gpu_id=N]` prefix), then comma-separated `key: value` fields.",
+)
+P_OLD_PREFILL = Pattern(
+    "sglang_0_1_prefill",
+    r"^new fill batch\. #seq: (?P<seq>\d+)\. #cached_token: (?P<cached>\d+)\. #new_token: (?P<new>\d+)\. "
+    r"#remaining_req: (?P<queue>\d+)\. #running_req: (?P<running>\d+)\. tree_cache_hit_rate: (?P<hit>[0-9.]+)%\.$",
+    (Sample("new fill batch. #seq: 1. #cached_token: 0. #new_token: 15. #remaining_req: 0. #running_req: 0. "
+            "tree_cache_hit_rate: 0.00%.", {"seq": "1", "new": "15", "hit": "0.00"}),),
+    doc="0.1.x prefill line (from the 0.1.16 wheel's format string; no real sample).",
+)
+P_OLD_DECODE = Pattern(
+    "sglang_0_1_decode",
+    r"^#running-req: \d+, #token: \d+, token usage: [0-9.]+, gen throughput \(token/s\): [0-9.]+, #queue-req: \d+$",
+    (Sample("#running-req: 1, #token: 68, token usage: 0.00, gen throughput (token/s): 32.71, #queue-req: 0", {}),),
+    doc="0.1.x decode line: the fields without a `Decode batch` label (0.1.16 format string; no real sample).",
+)
+KNOWN_KEYS = [
+    "#new-seq", "#new-token", "#cached-token", "cache hit rate", "token usage", "full token usage", "swa token usage",
+    "mamba usage", "#token", "#full token", "#swa token", "mamba num", "#running-req", "#queue-req", "#pending-token",
+    "#replay-token", "#prealloc-req", "#inflight-req", "#transfer-req", "#retracted-req", "#unbootstrapped-req",
+    "#transferring-req", "#bootstrap-req", "#optimistic-req", "pre-allocated usage", "accept len", "accept rate",
+    "largest-len", "cuda graph", "cpu graph", "npu graph", "gen throughput (token/s)", "input throughput (token/s)",
+    "#gpu token", "#cpu token", "waiting-image-req", "est. prefill TFLOPS/s (per GPU)",
+    "est. decode TFLOPS/s (per GPU)", "est. read BW (GB/s per GPU)", "est. write BW (GB/s per GPU)", "fwd occupancy",
+]
+# A line that does not end with `, ` is complete only if its last field is one a format ends with.
+TERMINAL_KEYS = ["#queue-req", "input throughput (token/s)", "#transferring-req", "#inflight-req", "#transfer-req",
+                 "#optimistic-req", "#bootstrap-req", "#retracted-req", "est. prefill TFLOPS/s (per GPU)",
+                 "est. write BW (GB/s per GPU)", "fwd occupancy"]
+
+
+def _rx_escape(s: str) -> str:
+    """Escape for the regex subset shared by Python `re` and Rust `regex` (only real metacharacters)."""
+    return re.sub(r"([()\[\]{}.*+?^$|\\])", r"\\\1", s)
+
+
+_KEYS_RX = "|".join(_rx_escape(k) for k in sorted(KNOWN_KEYS, key=len, reverse=True))
+VALUE_RX = r"-?\d+(?:\.\d+)?%?|True|False|full=\d+(?:\.\d+)?, swa=\d+(?:\.\d+)?"
+PLAIN_VALUE_RX = r"-?\d+(?:\.\d+)?%?|True|False"
+P_KV_GRAMMAR = Pattern(
+    "sglang_batch_fields",
+    rf"^(?:(?:{_KEYS_RX}): (?:{VALUE_RX})(?:, |$))+$",
+    (Sample("#running-req: 24, #token: 233600, token usage: 0.66, accept len: 3.05, accept rate: 0.68, npu graph: True, "
+            "gen throughput (token/s): 239.06, #queue-req: 2", {}, _F_NPU),
+     Sample("#new-seq: 12, #new-token: 43008, #cached-token: 0, full token usage: 0.14, mamba usage: 0.20, "
+            "#running-req: 1, #queue-req: 97, #pending-token: 109585, npu graph: False, input throughput (token/s): "
+            "15734.14", {}, _F_MAMBA),
+     Sample("#running-req: 509, #token: 180776, token usage: 0.43, gen throughput (token/s): 7897.87, largest-len: 0, "
+            "#queue-req: 0, ", {}, _F_LARGEST)),
+    doc="The whole field list of a batch line: known keys only, well-formed values, `, ` between, an optional "
+        "trailing `, `. A spliced line (`#cached-tounning-req: 1`) fails it.",
+)
+P_LAST_FIELD = Pattern(
+    "sglang_last_field",
+    r"(?:^|, )(?P<key>[^,:]+): (?P<value>[^:]*)$",
+    (Sample("#running-req: 5, #token: 20800, token usage: 0.29, cuda graph: True, gen throughput (token/s): 144.95, "
+            "#queue-req: 0", {"key": "#queue-req", "value": "0"}, _F_CUDA),),
+    doc="The last field of a batch line without a trailing `, `: it must be one a format ends with.",
+)
+P_ACCESS = Pattern(
+    "sglang_uvicorn_access",
+    r'^INFO:\s+(?P<client>\S+) - "(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[0-9.]+"(?: (?P<status>\d{3})(?: .*)?)?$',
+    (Sample('INFO:     127.0.0.1:20504 - "POST /v1/completions HTTP/1.1" 200 OK',
+            {"client": "127.0.0.1:20504", "method": "POST", "path": "/v1/completions", "status": "200"}, _F_UVICORN),
+     Sample('INFO:     127.0.0.1:43514 - "POST /generate HTTP/1.1" 200 OK', {"path": "/generate"}, _F_NPU),
+     Sample('INFO:     127.0.0.1:37664 - "POST /v1/completions HTTP/1.1"', {"status": None}, _F_TQDM)),
+    doc="uvicorn access line (no rank tag; a paste cut before the status keeps status NULL).",
+)
+P_SERVER_ARGS_PAIR = Pattern(
+    "sglang_server_args_pair",
+    r"(?:\(| )(?P<key>[a-z_][a-z0-9_]*)=(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\[[^\]]*\]|\{[^}]*\}|"
+    r"[^,()\[\]{}'\"]+)(?:,|\)$)",
+    (Sample("(model_path='qwen/qwen2.5-0.5b-instruct',", {"key": "model_path", "value": "'qwen/qwen2.5-0.5b-instruct'"},
+            _F_ARGS),
+     Sample(" chunked_prefill_size=8192,", {"key": "chunked_prefill_size", "value": "8192"}, _F_ARGS),
+     Sample(" schedule_policy='fcfs',", {"key": "schedule_policy", "value": "'fcfs'"}, _F_ARGS),
+     Sample(" tp_size=1,", {"key": "tp_size", "value": "1"}, _F_ARGS)),
+    doc="One complete `key=value` of `server_args=ServerArgs(…)` (a dataclass repr); the cut last value of a "
+        "truncated line has no terminator and is not taken.",
+)
+P_SCHED_CFG = Pattern(
+    "sglang_scheduler_config",
+    r"^max_total_num_tokens=(?P<kv>\d+), chunked_prefill_size=",
+    (Sample("max_total_num_tokens=1343284, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+            "max_running_requests=4097, context_len=131072, available_gpu_mem=13.27 GB", {"kv": "1343284"}),),
+    doc="Scheduler init (0.4+): KV pool size and batch limits, `key=value` pairs (no real sample).",
+)
+P_CFG_PAIR = Pattern(
+    "sglang_scheduler_config_pair",
+    r"(?:^| )(?P<key>[a-z_]+)=(?P<value>[^,]+)(?:,|$)",
+    (Sample("max_total_num_tokens=1343284, chunked_prefill_size=8192,", {"key": "max_total_num_tokens",
+                                                                        "value": "1343284"}),),
+    doc="One pair of the scheduler config line.",
+)
+P_FINISH = Pattern(
+    "sglang_finish_meta",
+    r"'id': '(?P<rid>[^']*)'",
+    (Sample("{'id': '24fa397b7cab4418b3f6a5c903ae310f',", {"rid": "24fa397b7cab4418b3f6a5c903ae310f"}, _F_FINISH),),
+    doc="`--log-requests` `Finish: obj=GenerateReqInput(…), out={'meta_info': {'id': rid, …}}` (a Python repr, "
+        "often hard-wrapped in pastes: the record's lines are joined back without separator).",
+)
+FINISH_FIELDS = [
+    ("prompt_tokens", Pattern("sglang_finish_prompt_tokens", r"'prompt_tokens': (?P<v>\d+)[,}]",
+                              (Sample("'prompt_tokens': 50,", {"v": "50"}, _F_FINISH),))),
+    ("output_tokens", Pattern("sglang_finish_completion_tokens", r"'completion_tokens': (?P<v>\d+)[,}]",
+                              (Sample("'completion_tokens': 97,", {"v": "97"}, _F_FINISH),))),
+    ("cached_tokens", Pattern("sglang_finish_cached_tokens", r"'cached_tokens': (?P<v>\d+)[,}]",
+                              (Sample("'cached_tokens': 1,", {"v": "1"}, _F_FINISH),))),
+    ("e2e_latency_s", Pattern("sglang_finish_e2e_latency", r"'e2e_latency': (?P<v>\d+(?:\.\d+)?(?:[eE]-?\d+)?)[,}]",
+                              # The real record is hard-wrapped right after `'e2e_latency': `; this is it joined.
+                              (Sample("'e2e_latency': 0.6632676124572754}}", {"v": "0.6632676124572754"}),))),
+    ("finish_reason", Pattern("sglang_finish_reason", r"'finish_reason': \{'type': '(?P<v>[a-z_]+)'",
+                              (Sample("'finish_reason': {'type': 'stop', 'matched': 128009}", {"v": "stop"},
+                                      _F_FINISH),))),
+]
+P_SUMMARY = Pattern(
+    "sglang_bench_summary_header",
+    r"^=+ Serving Benchmark Result =+\s*$",
+    (Sample("============ Serving Benchmark Result ============", {}, _F_BENCH),),
+    doc="bench_serving console summary: this header and the `label:  value` lines after it become one log event.",
+)
+P_TQDM = Pattern(
+    "sglang_tqdm",
+    r"\d{1,3}%\|",
+    (Sample("  0%|", {}, _F_TQDM),),
+    doc="A tqdm progress bar (a line holding one is noise; glued in front of a head it is stripped as debris).",
+)
+
+PATTERNS = [P_HEAD, P_BATCH, P_OLD_PREFILL, P_OLD_DECODE, P_KV_GRAMMAR, P_LAST_FIELD, P_ACCESS, P_SERVER_ARGS_PAIR,
+            P_SCHED_CFG, P_CFG_PAIR, P_FINISH, P_SUMMARY, P_TQDM] + [p for _, p in FINISH_FIELDS]
+
+INT_FIELDS = [("#new-seq", "new_seqs"), ("#new-token", "new_tokens"), ("#cached-token", "cached_tokens"),
+              ("#running-req", "running_reqs"), ("#queue-req", "queued_reqs"), ("#pending-token", "pending_tokens")]
+FLOAT_FIELDS = [("gen throughput (token/s)", "gen_throughput_tps"), ("input throughput (token/s)", "input_throughput_tps"),
+                ("cache hit rate", "cache_hit_rate_pct"), ("accept len", "accept_len"), ("accept rate", "accept_rate"),
+                ("mamba usage", "mamba_usage")]
+# Keys with a column (plain values only: an SWA `full=…, swa=…` value stays in `extra` whole).
+MAPPED_KEYS = [k for k, _ in INT_FIELDS + FLOAT_FIELDS] + ["token usage", "full token usage", "#token", "#full token",
+                                                            "cuda graph", "npu graph", "cpu graph"]
+CONFIG_ALIASES = {"model_path": "model", "tp_size": "tensor_parallel_size", "dp_size": "data_parallel_size",
+                  "pp_size": "pipeline_parallel_size", "max_running_requests": "max_num_seqs",
+                  "max_total_num_tokens": "kv_cache_tokens"}
+
+# -- sniffing (Python `re` over the first 64 KB only) -------------------------------------------------------------
+_HEAD_PY = (r"^(?:" + COMPOSE_RX[1:] + r")?(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*)?(?:[^\[\n]*%\|[^\[\n]*)?"
+            r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: (?:" + RANK_TAGS + r")\d+)*\] ")
+_SNIFF_STRONG = re.compile(_HEAD_PY + r"(?:Prefill batch|Decode batch|server_args=ServerArgs\(|Finish: obj=|"
+                                      r"Receive: obj=|max_total_num_tokens=)", re.M)
+_SNIFF_BARE = re.compile(r"^(?:\[gpu_id=\d+\] )?(?:(?:Prefill|Decode) batch(?: \[\d+\])?[.,(] |new fill batch\. #seq: )",
+                         re.M)
+_SNIFF_WEAK = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: (?:" + RANK_TAGS + r")\d+)*\] ", re.M)
+_SNIFF_BENCH = re.compile(r"^=+ Serving Benchmark Result =+\s*$", re.M)
+_SNIFF_BENCH_SGL = re.compile(r"^(?:Backend:\s+\S|Total generated tokens \(retokenized\):|Max reqeuest concurrency:)",
+                              re.M)
+
+
+def sniff_sglang(head: bytes) -> tuple[str, float] | None:
+    text = re.sub(ANSI_RX, "", head.decode("utf-8", "replace"))
+    if _SNIFF_STRONG.search(text):
+        return "sglang_log", 0.95
+    if _SNIFF_BARE.search(text):
+        return "sglang_log", 0.9
+    if _SNIFF_BENCH.search(text) and _SNIFF_BENCH_SGL.search(text):
+        return "sglang_log", 0.6
+    if _SNIFF_WEAK.search(text):
+        return "sglang_log", 0.4
+    return None
+
+
+# =====================================================================================================================
+# Parsing
+# =====================================================================================================================
+
+_TS_RX = r"(?P<ts>(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)"
+# The common head, anchored at the line start: cheap. P_HEAD (prefixes, debris) runs only where it fails.
+_FAST_HEAD = r"^\[" + _TS_RX + r"(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\](?: (?P<msg>.*))?$"
+_BATCH_START = (r"^(?:(?:\[gpu_id=\d+\] )?(?:Prefill|Decode) batch(?: \[\d+\])?[.,(]|new fill batch\. #seq: |"
+                r"#running-req: \d+, #token: )")
+_ACCESS_START = r'^INFO:\s+\S+ - "[A-Z]+ '
+
+
+def _prepare(df: pl.DataFrame) -> pl.DataFrame:
+    """Per-line columns: cleaned text, head fields, the message to classify, and the line's category."""
+    df = df.select("line_no", clean_text().alias("t"))
+    t = pl.col("t")
+    fast = t.str.extract_groups(_FAST_HEAD)
+    s = pl.String
+    df = df.with_columns(fast.struct.field("ts"), fast.struct.field("ranks"), fast.struct.field("msg").alias("hmsg"),
+                         pl.lit(None, s).alias("process"), pl.lit(False).alias("debris"))
+    rare = df.filter(pl.col("ts").is_null() & t.str.contains(r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}"))
+    if rare.height:
+        h = t.str.extract_groups(P_HEAD.regex)
+        f = h.struct.field
+        rare = rare.select(
+            "line_no", f("ts").alias("ts"), f("ranks").alias("ranks"), f("msg").alias("hmsg"),
+            pl.when(f("actor").is_not_null()).then(pl.concat_str(
+                [f("actor"), pl.lit(" pid="), f("pid"), pl.when(f("ip").is_not_null()).then(pl.lit(", ip=") + f("ip"))],
+                ignore_nulls=True)).alias("process"),
+            (f("debris") != "").alias("debris"),
+            ((f("debris") == "") | f("debris").str.contains(_TQDM_DEBRIS)).alias("ok"),
+        ).filter(pl.col("ts").is_not_null() & pl.col("ok")).drop("ok")
+        df = df.update(rare, on="line_no")
+    is_head = pl.col("ts").is_not_null()
+    df = df.with_columns(
+        pl.when(is_head).then(pl.col("hmsg").fill_null("")).otherwise(t).alias("msg1"),
+        (t.str.strip_chars() == "").alias("blank"),
+    ).drop("hmsg")
+    m = pl.col("msg1")
+    cat = (pl.when(m.str.contains(_BATCH_START)).then(pl.lit("batch"))
+           .when(m.str.contains(_ACCESS_START)).then(pl.lit("access"))
+           .when(is_head).then(pl.lit("head"))
+           .when(t.str.contains(P_SUMMARY.regex)).then(pl.lit("summary"))
+           .when(t.str.contains(P_TQDM.regex)).then(pl.lit("tqdm"))
+           .otherwise(pl.lit("cont")))
+    return df.with_columns(cat.alias("cat"))
+
+
+def _flag(df: pl.DataFrame) -> pl.DataFrame:
+    single = pl.col("cat").is_in(["batch", "access", "tqdm"])
+    return df.with_columns(((pl.col("cat") != "cont") | single.shift(1).fill_null(False)).alias("start"))
+
+
+def _tod_ns(ts: pl.Expr) -> pl.Expr:
+    m = ts.str.extract_groups(r"(?P<h>\d{2}):(?P<m>\d{2}):(?P<s>\d{2})(?:\.(?P<ms>\d{3}))?$")
+    i = pl.Int64
+    return ((m.struct.field("h").cast(i) * 3600 + m.struct.field("m").cast(i) * 60 + m.struct.field("s").cast(i))
+            * NS_PER_S + m.struct.field("ms").cast(i).fill_null(0) * 1_000_000)
+
+
+class _State:
+    def __init__(self, tz: str):
+        self.tz = tz
+        self.last_ts: int | None = None
+        self.last_tod: int | None = None  # time-only logs: time of day of the last timed record
+        self.day = 0  # time-only logs: midnight roll-overs so far
+        self.rel_first: int | None = None
+        self.rel_last: int | None = None
+        self.abs_rows = 0
+        self.ms = False
+        self.req_index = 0
+        self.config: list[pl.DataFrame] = []
+        self.rejected_batches = 0
+        self.debris_lines = 0
+
+
+def _times(recs: pl.DataFrame, st: _State) -> pl.DataFrame:
+    """Adds ts_ns (absolute, or relative for time-only heads) and ts_ff (forward-filled) to records in file order."""
+    ts = pl.col("ts")
+    full = ts.str.len_chars() >= 19
+    parts = ts.str.extract_groups(r"^(?P<Y>\d{4})-(?P<M>\d{2})-(?P<D>\d{2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
+                                  r"(?:\.(?P<ms>\d{3}))?$")
+    recs = recs.with_columns(*[parts.struct.field(k).cast(pl.Int64).alias(f"_{k}")
+                               for k in ("Y", "M", "D", "h", "mi", "s", "ms")])
+    absolute = full_date_ns(recs, "_Y", "_M", "_D", "_h", "_mi", "_s", "_ms", st.tz)
+    recs = recs.with_columns(absolute.alias("_abs"), pl.when(ts.is_not_null() & ~full).then(_tod_ns(ts)).alias("_tod"))
+    st.abs_rows += int(recs["_abs"].is_not_null().sum())
+    st.ms = st.ms or bool(recs["ts"].str.contains(r"\.\d{3}$").any())
+    tod = recs.filter(pl.col("_tod").is_not_null()).select("gid", "_tod")
+    if tod.height:
+        prev = pl.col("_tod").shift(1)
+        if st.last_tod is not None:
+            prev = prev.fill_null(st.last_tod)
+        # A step back of more than 12 h is midnight; smaller steps back are interleaved writers, not a new day.
+        roll = ((pl.col("_tod") - prev) < -(DAY_NS // 2)).fill_null(False)
+        tod = tod.with_columns((pl.col("_tod") + (roll.cast(pl.Int64).cum_sum() + st.day) * DAY_NS).alias("_rel"))
+        st.last_tod = int(tod["_tod"][-1])
+        st.day = int(tod["_rel"][-1] // DAY_NS)
+        if st.rel_first is None:
+            st.rel_first = int(tod["_rel"][0])
+        st.rel_last = int(tod["_rel"][-1])
+        recs = recs.join(tod.select("gid", "_rel"), on="gid", how="left")
+    else:
+        recs = recs.with_columns(pl.lit(None, pl.Int64).alias("_rel"))
+    recs = recs.with_columns(pl.coalesce("_abs", "_rel").alias("ts_ns"))
+    ff = pl.col("ts_ns").forward_fill()
+    if st.last_ts is not None:
+        ff = ff.fill_null(st.last_ts)
+    recs = recs.with_columns(ff.alias("ts_ff"))
+    got = recs["ts_ff"].drop_nulls()
+    if got.len():
+        st.last_ts = int(got[-1])
+    return recs.drop("_Y", "_M", "_D", "_h", "_mi", "_s", "_ms", "_abs", "_tod", "_rel")
+
+
+# Keys that end another key ("token usage" ends "full token usage") need the separator before them in a search.
+_SUFFIX_KEYS = {k for k in KNOWN_KEYS if any(o != k and o.endswith(k) for o in KNOWN_KEYS)}
+
+
+def _field(kv: pl.Expr, key: str, value_rx: str = PLAIN_VALUE_RX) -> pl.Expr:
+    """The value of one field of a batch line that already passed P_KV_GRAMMAR (so values are well delimited)."""
+    lead = "(?:^|, )" if key in _SUFFIX_KEYS else ""
+    return kv.str.extract(rf"{lead}{_rx_escape(key)}: ({value_rx})(?:, |$)", 1)
+
+
+def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _State) -> int:
+    """engine_batches rows from batch records; invalid lines rejected with their reason. Returns lines parsed."""
+    b = recs.filter(pl.col("cat") == "batch")
+    if b.height == 0:
+        return 0
+    m = pl.col("msg1")
+    g = m.str.extract_groups(P_BATCH.regex)
+    # The 0.1.x prefill layout is rare: run its regex only when such a line is there.
+    old = (m.str.extract_groups(P_OLD_PREFILL.regex) if b["msg1"].str.starts_with("new fill batch").any()
+           else pl.lit(None, pl.Struct({k: pl.String for k in ("seq", "cached", "new", "queue", "running", "hit")})))
+    b = b.with_columns(
+        pl.when(g.struct.field("label").is_not_null()).then(g.struct.field("kv"))
+        .when(m.str.starts_with("#running-req: ")).then(m).alias("kv"),
+        pl.when(g.struct.field("mixed").is_not_null()).then(pl.lit("mixed"))
+        .when(g.struct.field("label") == "Prefill batch").then(pl.lit("prefill"))
+        .when(g.struct.field("label") == "Decode batch").then(pl.lit("decode"))
+        .when(old.struct.field("seq").is_not_null()).then(pl.lit("prefill"))
+        .when(m.str.starts_with("#running-req: ")).then(pl.lit("decode")).alias("kind"),
+        g.struct.field("label").fill_null("batch").alias("label"),
+        g.struct.field("iter").cast(pl.Int64).alias("forward_iter"),
+        g.struct.field("mixed").cast(pl.Int32).alias("mixed"),
+        g.struct.field("gpu").alias("gpu"),
+        old.alias("old"),
+    )
+    kv = pl.col("kv")
+    is_old = pl.col("old").struct.field("seq").is_not_null()
+    last = kv.str.strip_suffix(", ").str.extract_groups(P_LAST_FIELD.regex)
+    last_val_ok = ~last.struct.field("value").str.contains(r"\.") | last.struct.field("value").str.contains(
+        r"^\d+\.\d{2}%?$")
+    complete = kv.str.ends_with(", ") | (last.struct.field("key").is_in(TERMINAL_KEYS) & last_val_ok)
+    need = pl.when(pl.col("kind") == "decode").then(pl.lit("#running-req")).otherwise(pl.lit("#new-token"))
+    has_need = pl.when(pl.col("kind") == "decode").then(kv.str.contains(r"(?:^|, )#running-req: ")).otherwise(
+        kv.str.contains(r"(?:^|, )#new-token: "))
+    b = b.with_columns(
+        kv.str.contains(P_KV_GRAMMAR.regex).alias("grammar"),
+        complete.alias("complete"), last.struct.field("key").alias("last_key"),
+        has_need.alias("has_need"), need.alias("need"),
+    )
+    # Which field is unknown: only for the (few) lines that fail the grammar.
+    odd = b.filter(~pl.col("grammar").fill_null(True)).select(
+        "gid", kv.str.extract_all(r"(?:^|, )[^:,]+: ").list.eval(
+            pl.element().str.strip_prefix(", ").str.strip_suffix(": ")).list.eval(
+            pl.element().filter(~pl.element().is_in(KNOWN_KEYS))).list.first().alias("unknown"))
+    b = b.join(odd, on="gid", how="left")
+    reason = (pl.when(is_old).then(None)
+              .when(kv.is_null()).then(pl.concat_str([pl.lit("batch line without its fields: "),
+                                                       m.str.slice(0, 40)]))
+              .when(pl.col("unknown").is_not_null()).then(pl.concat_str([
+                  pl.col("label"), pl.lit(" line with unknown field '"), pl.col("unknown"),
+                  pl.lit("' (spliced or mangled text); not read")]))
+              .when(~pl.col("grammar")).then(pl.concat_str([
+                  pl.col("label"), pl.lit(" line whose fields do not fit the known layout; not read")]))
+              .when(~pl.col("complete")).then(pl.concat_str([
+                  pl.col("label"), pl.lit(" line cut off after '"), pl.col("last_key").fill_null("?"),
+                  pl.lit("'; not read")]))
+              .when(~pl.col("has_need") & pl.col("mixed").is_null()).then(pl.concat_str([
+                  pl.col("label"), pl.lit(" line without "), pl.col("need"), pl.lit("; not read")])))
+    b = b.with_columns(reason.alias("reason"))
+    bad = b.filter(pl.col("reason").is_not_null())
+    if bad.height:
+        reasons = bad.select("gid", "reason")
+        rej = lines.join(reasons, on="gid", how="inner")
+        ctx.write_rejects(rej.select("line_no", "reason", pl.col("t").alias("raw")).to_arrow())
+        st.rejected_batches += bad.height
+    good = b.filter(pl.col("reason").is_null())
+    if good.height == 0:
+        return 0
+    st.debris_lines += int(good["debris"].sum())
+    ranks = pl.col("ranks").fill_null("")
+    i32, f64 = pl.Int32, pl.Float64
+    o = pl.col("old")
+
+    def num(key: str, old_field: str | None = None) -> pl.Expr:
+        e = _field(kv, key)
+        return (pl.coalesce(e, o.struct.field(old_field)) if old_field else e).cast(i32)
+
+    floats = {c: _field(kv, k).str.strip_suffix("%").cast(f64) for k, c in FLOAT_FIELDS}
+    floats["cache_hit_rate_pct"] = pl.coalesce(floats["cache_hit_rate_pct"], o.struct.field("hit").cast(f64))
+    usage = pl.coalesce(_field(kv, "full token usage"), _field(kv, "token usage"),
+                        _field(kv, "token usage", VALUE_RX).str.extract(r"^full=([0-9.]+)", 1)).cast(f64)
+    kv_tokens = pl.coalesce(_field(kv, "#full token"), _field(kv, "#token"),
+                            _field(kv, "#token", VALUE_RX).str.extract(r"^full=(\d+)", 1)).cast(i32)
+    graph = pl.coalesce(_field(kv, "cuda graph"), _field(kv, "npu graph"), _field(kv, "cpu graph"))
+    # Fields without a column stay in `extra`; splitting on ", " leaves an SWA value's `swa=…` half as its own
+    # element, which is kept, so `#token: full=…, swa=…` survives whole.
+    el = pl.element()
+    mapped = el.str.extract(r"^([^:]+): ", 1).is_in(MAPPED_KEYS) & el.str.contains(rf": (?:{PLAIN_VALUE_RX})$")
+    rest = kv.str.strip_suffix(", ").str.split(", ").list.eval(el.filter(~mapped)).list.join(", ")
+    extra_ranks = ranks.str.extract_all(r"(?:ATTN_CP|MOE_DP)\d+").list.join(" ")
+    extra = pl.concat_str([
+        pl.when(extra_ranks != "").then(extra_ranks),
+        pl.when(pl.col("gpu").is_not_null()).then(pl.lit("gpu_id=") + pl.col("gpu")),
+        pl.when(rest != "").then(rest)], separator=", ", ignore_nulls=True)
+    out = good.select(
+        "line_no", pl.col("ts_ff").alias("ts_ns"), "kind",
+        *[ranks.str.extract(rf"\b{tag}(\d+)", 1).cast(i32).alias(col)
+          for tag, col in (("TP", "tp_rank"), ("DP", "dp_rank"), ("EP", "ep_rank"), ("PP", "pp_rank"))],
+        num("#new-seq", "seq").alias("new_seqs"), num("#new-token", "new").alias("new_tokens"),
+        num("#cached-token", "cached").alias("cached_tokens"),
+        pl.coalesce(_field(kv, "#running-req"), pl.col("mixed").cast(pl.String), o.struct.field("running"))
+        .cast(i32).alias("running_reqs"),
+        num("#queue-req", "queue").alias("queued_reqs"), num("#pending-token").alias("pending_tokens"),
+        usage.alias("token_usage"), kv_tokens.alias("kv_tokens"),
+        *[e.alias(c) for c, e in floats.items()],
+        pl.when(graph.is_not_null()).then(graph == "True").alias("cuda_graph"),
+        "forward_iter", "process", pl.when(extra != "").then(extra).alias("extra"),
+    )
+    ctx.write("engine_batches", out)
+    return int(good["line_count"].sum())
+
+
+def _process() -> pl.Expr:
+    """log_events.process: the Ray actor prefix and the rank tags, NULL when the line has neither."""
+    p = pl.concat_str([pl.col("process"), pl.col("ranks").str.strip_chars()], separator=" ", ignore_nulls=True)
+    return pl.when(p.str.strip_chars() != "").then(p.str.strip_chars())
+
+
+def _access(ctx: ParseContext, recs: pl.DataFrame) -> int:
+    a = recs.filter(pl.col("cat") == "access")
+    if a.height == 0:
+        return 0
+    g = pl.col("msg1").str.extract_groups(P_ACCESS.regex)
+    ctx.write("log_events", a.select(
+        "line_no", pl.col("line_count").cast(pl.Int32), pl.col("ts_ff").alias("ts_ns"), pl.lit("INFO").alias("level"),
+        _process().alias("process"),
+        pl.lit("access").alias("kind"), pl.col("msg1").str.slice(0, MSG_MAX).alias("message"),
+        g.struct.field("method").alias("http_method"), g.struct.field("path").alias("http_path"),
+        g.struct.field("status").cast(pl.Int32).alias("http_status"), pl.lit("uvicorn.access").alias("target")))
+    return int(a["line_count"].sum())
+
+
+def _finish(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> pl.DataFrame:
+    """`Finish:` records → requests + request_events; returns the records it did not take."""
+    body = pl.concat_str([pl.col("msg1"), pl.col("cont").str.replace_all("\n", "", literal=True)], ignore_nulls=True)
+    is_fin = (pl.col("cat") == "head") & pl.col("msg1").str.starts_with("Finish: obj=")
+    f = recs.filter(is_fin).with_columns(body.alias("body"))
+    if f.height == 0:
+        return recs
+    b = pl.col("body")
+    vals = {name: b.str.extract(p.regex, 1) for name, p in FINISH_FIELDS}
+    rid = pl.coalesce(b.str.extract(P_FINISH.regex, 1), b.str.extract(r"\brid='([^']*)'", 1))
+    e2e = (vals["e2e_latency_s"].cast(pl.Float64) * NS_PER_S).round(0).cast(pl.Int64)
+    reason = vals["finish_reason"]
+    out = f.select(
+        "line_no", rid.alias("request_id"), (pl.int_range(pl.len()) + st.req_index).cast(pl.Int32).alias("request_index"),
+        rid.alias("server_request_id"), pl.lit("sglang").alias("engine"), pl.lit("server").alias("kind"),
+        pl.col("ts_ns").alias("finish_ns"),
+        # The head has 1 s resolution: arrival = finish - e2e_latency inherits that coarseness.
+        pl.when(pl.col("ts_ns") >= REL_BOUND).then(pl.col("ts_ns") - e2e).alias("arrival_ns"),
+        vals["prompt_tokens"].cast(pl.Int32).alias("prompt_tokens"),
+        vals["output_tokens"].cast(pl.Int32).alias("output_tokens"),
+        vals["cached_tokens"].cast(pl.Int32).alias("cached_tokens"),
+        e2e.alias("e2e_latency_ns"),
+        pl.when(reason == "abort").then(pl.lit("aborted")).otherwise(pl.lit("ok")).alias("status"),
+        reason.alias("finish_reason"),
+    )
+    ctx.write("requests", out)
+    st.req_index += out.height
+    ctx.write("request_events", out.select("line_no", "request_id", pl.lit("finished").alias("event"),
+                                           pl.col("finish_ns").alias("ts_ns"), pl.col("finish_reason").alias("detail")))
+    ctx.counts.parsed += int(f["line_count"].sum())
+    return recs.filter(~is_fin)
+
+
+def _config(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> pl.DataFrame:
+    """server_args and the scheduler config line → engine_config rows; returns the records it did not take."""
+    m = pl.col("msg1")
+    is_sa = (pl.col("cat") == "head") & m.str.starts_with("server_args=ServerArgs(")
+    is_sc = (pl.col("cat") == "head") & m.str.contains(P_SCHED_CFG.regex)
+    body = pl.concat_str([m, pl.col("cont").str.replace_all("\n", "", literal=True)], ignore_nulls=True)
+    for mask, pat, origin in ((is_sa, P_SERVER_ARGS_PAIR, "server_args"), (is_sc, P_CFG_PAIR, "scheduler init")):
+        got = recs.filter(mask).with_columns(body.alias("body"))
+        if got.height == 0:
+            continue
+        pairs = got.select("line_no", pl.col("body").str.extract_all(pat.regex).alias("p")).explode("p").drop_nulls("p")
+        kv = pairs.select("line_no", pl.col("p").str.extract_groups(pat.regex).alias("m")).select(
+            "line_no", pl.col("m").struct.field("key").alias("key"),
+            pl.col("m").struct.field("value").str.strip_chars().str.strip_suffix(" GB").alias("value"),
+            pl.lit(origin).alias("origin"))
+        st.config.append(config_rows(kv))
+        if origin == "server_args":
+            counts = kv.group_by("line_no").len()
+            cut = got.select("line_no", pl.col("body").str.strip_chars().str.ends_with(")").alias("ok")).join(
+                counts, on="line_no", how="left").filter(~pl.col("ok"))
+            note_rows(ctx, cut, lambda r: f"line {r['line_no']}: server_args record cut off; kept its "
+                                          f"{r['len'] or 0} complete fields")
+        ctx.counts.parsed += int(got["line_count"].sum())
+    return recs.filter(~(is_sa | is_sc))
+
+
+def _events(ctx: ParseContext, recs: pl.DataFrame) -> int:
+    """Every other record (messages, tracebacks, stray text, bench summaries) → log_events."""
+    e = recs.filter(pl.col("cat").is_in(["head", "summary", "cont"]))
+    if e.height == 0:
+        return 0
+    body = with_body(pl.col("msg1"), pl.col("cont")).str.strip_chars("\n")
+    tb = looks_like_traceback(body).fill_null(False)
+    m = pl.col("msg1")
+    kind = (pl.when(pl.col("cat") == "summary").then(pl.lit("bench_summary"))
+            .when(tb).then(pl.lit("traceback"))
+            .when(m.str.contains(r"(?i)^(?:ERROR|.*\bexception\b)")).then(pl.lit("error"))
+            .when(m.str.contains(r"^(?:WARNING|Decode out of memory happened|KV cache pool is full)")).then(
+                pl.lit("warning"))
+            .when(m.str.contains(r"^(?:The server is fired up|server_args=|Load weight|Memory pool end|"
+                                 r"Capture cuda graph)")).then(pl.lit("startup"))
+            .otherwise(pl.lit("message")))
+    level = (pl.when(m.str.contains(r"^(?:INFO|WARNING|ERROR|DEBUG)\b"))
+             .then(m.str.extract(r"^(INFO|WARNING|ERROR|DEBUG)\b", 1)))
+    ctx.write("log_events", e.select(
+        "line_no", pl.col("line_count").cast(pl.Int32), pl.col("ts_ff").alias("ts_ns"), level.alias("level"),
+        _process().alias("process"),
+        kind.alias("kind"), event_message(body, tb).alias("message")))
+    return int(e["line_count"].sum())
+
+
+def _anchor_time_only(ctx: ParseContext, st: _State) -> str:
+    """Put the relative times of a time-only log on the calendar; returns the clock note."""
+    tz = st.tz
+    zone = ZoneInfo(tz)
+
+    def local_ns(utc_ns: int) -> int:
+        off = _dt.datetime.fromtimestamp(utc_ns / NS_PER_S, zone).utcoffset() or _dt.timedelta(0)
+        return utc_ns + int(off.total_seconds()) * NS_PER_S
+
+    other = ctx.con.execute(
+        "SELECT source_id, path, first_ns FROM sources WHERE source_id <> ? AND first_ns IS NOT NULL "
+        "AND coalesce(clock_method, 'none') NOT IN ('none', 'log_wallclock') ORDER BY source_id DESC LIMIT 1",
+        [ctx.source_id]).fetchone()
+    if other is not None:
+        sid, path, first = other
+        base = round((local_ns(first) - st.rel_first) / DAY_NS) * DAY_NS
+        why = (f"date from source {sid} ({str(path).rsplit('/', 1)[-1]}, first record "
+               f"{_dt.datetime.fromtimestamp(first / NS_PER_S, _dt.timezone.utc):%Y-%m-%d %H:%M:%S} UTC): the date "
+               "that puts this log's first line nearest to it, so coarse (±12 h)")
+    else:
+        mtime = ctx.input.path.stat().st_mtime_ns
+        base = ((local_ns(mtime) - st.rel_last) // DAY_NS) * DAY_NS
+        why = ("date from the file's modification time (last line put at or before it): coarse, wrong if the file "
+               "was copied or edited later")
+    day0 = _dt.datetime(1970, 1, 1) + _dt.timedelta(microseconds=base // 1000)
+    conv = "({c} + {b})" if tz == "UTC" else "epoch_ns(timezone('{tz}', make_timestamp(({c} + {b}) // 1000)))"
+    for table, col in (("engine_batches", "ts_ns"), ("log_events", "ts_ns"), ("request_events", "ts_ns"),
+                       ("requests", "finish_ns")):
+        expr = conv.format(c=col, b=base, tz=tz.replace("'", "''"))
+        extra = ", arrival_ns = " + expr + " - e2e_latency_ns" if table == "requests" else ""
+        ctx.con.execute(f"UPDATE {table} SET {col} = {expr}{extra} WHERE source_id = ? AND {col} < {REL_BOUND}",
+                        [ctx.source_id])
+    rolls = int((st.rel_last or 0) // DAY_NS - (st.rel_first or 0) // DAY_NS)
+    return (f"HH:MM:SS timestamps without date: first line on {day0:%Y-%m-%d}, {why}; {rolls} midnight roll-over(s) "
+            f"counted in file order; local time read as {tz}; 1 s resolution")
+
+
+class SglangLogParser(Parser):
+    name = "sglang_log"
+    version = VERSION
+    formats = ("sglang_log",)
+    order = 50
+
+    def sniff(self, head: bytes, inp: InputFile):
+        return sniff_sglang(head)
+
+    def parse(self, ctx: ParseContext, fmt: str) -> None:
+        st = _State(check_zone(ctx.options.tz))
+        splitter = RecordSplitter(_flag)
+        for frame, last in line_frames(ctx):
+            frame = drop_bad_utf8(ctx, frame)
+            lines = splitter.feed(_prepare(frame), last)
+            if lines.height == 0:
+                continue
+            lines, blanks = trim_trailing_blanks(lines)
+            ctx.counts.skipped += blanks
+            recs = collapse(lines)
+            recs = _times(recs, st)
+            tq = recs.filter(pl.col("cat") == "tqdm")
+            ctx.counts.skipped += int(tq["line_count"].sum()) if tq.height else 0
+            ctx.counts.parsed += _batches(ctx, lines, recs, st)
+            ctx.counts.parsed += _access(ctx, recs)
+            rest = _finish(ctx, recs, st)
+            rest = _config(ctx, rest, st)
+            ctx.counts.parsed += _events(ctx, rest)
+        write_config(ctx, st.config, CONFIG_ALIASES, "sglang")
+        if st.rel_first is not None:
+            ctx.set_clock("log_wallclock", _anchor_time_only(ctx, st))
+        elif st.abs_rows:
+            ctx.set_clock("log_wallclock_local", f"SGLang local time without zone, read as {st.tz} (--tz); "
+                          + ("ms resolution (SGLANG_LOG_MS)" if st.ms else "1 s resolution")
+                          + "; untimed lines inherit the previous timed line's time")
+        else:
+            ctx.set_clock("none", "no timestamps in this log (lines pasted without them): times are NULL")
+        if st.rejected_batches:
+            ctx.notes.append(f"{st.rejected_batches} batch line(s) rejected (spliced, mangled or cut); see rejects")
+        if st.debris_lines:
+            ctx.notes.append(f"{st.debris_lines} batch line(s) had tqdm output glued in front (stripped)")
+        span_of_times(ctx)
+
+
+PARSER = SglangLogParser()
