@@ -572,7 +572,7 @@ class _Loader:
         """steps: windows + the best composition annotation overlapping each + GPU work launched inside."""
         con = self.con
         comp_cols = ["c_total", "ctx_reqs", "ctx_tokens", "gen_reqs", "gen_tokens", "new_reqs", "cached_reqs",
-                     "ctx_sum_kv", "ctx_sum_qq", "ctx_sum_qkv", "gen_sum_kv", "gen_sum_qkv", "batch_size"]
+                     "ctx_sum_kv", "ctx_sum_qq", "ctx_sum_qkv", "gen_sum_kv", "gen_sum_qkv", "batch_size", "sg_mixed"]
         d, q, c, s = (_P[n].regex for n in ("vllm_detailed", "vllm_context_generation_qk",
                                              "vllm_context_generation", "vllm_new_cached"))
         sg = _P["sglang_step"].regex
@@ -623,7 +623,9 @@ class _Loader:
               CASE prio WHEN 1 THEN {g('d', 'g_sk')} END AS gen_sum_kv,
               CASE prio WHEN 1 THEN CAST({g('d', 'g_sqsk')} AS DOUBLE) WHEN 2 THEN CAST({g('q', 'g_qk')} AS DOUBLE)
                    END AS gen_sum_qkv,
-              CASE prio WHEN 4 THEN {g('sg', 'bs')} END AS batch_size
+              CASE prio WHEN 4 THEN {g('sg', 'bs')} END AS batch_size,
+              -- SGLang's MIXED step says it holds prefill and decode work, not how the tokens split.
+              CASE prio WHEN 4 THEN CASE {mode} WHEN 'MIXED' THEN 1 END END AS sg_mixed
             FROM _kcomp WHERE prio IS NOT NULL""")
         pick = ",\n".join(f"arg_min(a.{col}, (a.prio, -a.overlap)) FILTER (WHERE a.{col} IS NOT NULL) AS {col}"
                           for col in comp_cols)
@@ -656,7 +658,8 @@ class _Loader:
             SELECT {_sql_int(self.rank)} AS rank, w.step_id, CAST(w.step_index AS INTEGER) AS step_index, w.marker,
                    w.name AS marker_name, c.annotation, c.annotation_kind,
                    CASE WHEN c.ctx_reqs IS NULL OR c.gen_reqs IS NULL THEN
-                            CASE WHEN c.new_reqs > 0 AND c.cached_reqs = 0 THEN 'prefill'
+                            CASE WHEN c.sg_mixed = 1 THEN 'mixed'
+                                 WHEN c.new_reqs > 0 AND c.cached_reqs = 0 THEN 'prefill'
                                  WHEN c.new_reqs > 0 AND c.cached_reqs > 0 THEN 'mixed' END
                         WHEN c.ctx_reqs > 0 AND c.gen_reqs > 0 THEN 'mixed'
                         WHEN c.ctx_reqs > 0 THEN 'prefill' WHEN c.gen_reqs > 0 THEN 'decode' ELSE 'empty' END AS phase,

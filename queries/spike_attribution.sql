@@ -2,8 +2,8 @@
 -- inside it (kernel-exact, `spike_prefill`) and the decodes the stalling step held (evidence `kernels`); when
 -- the trace cannot split its steps into prefill and decode work, the prefill time stays NULL and only the
 -- step facts are given (evidence `steps`). Without a trace: the union of the inferred prefill windows of
--- other requests overlapping the gap (evidence `inferred`), and the requests decoding throughout the gap as
--- the stalled decodes. Whatever excess prefill does not explain is `other` (preemption, host-bound steps,
+-- other requests overlapping the gap (evidence `inferred`). Stalled decodes are the stalling step's
+-- generation requests when its annotation says, else the client requests decoding throughout the gap. Whatever excess prefill does not explain is `other` (preemption, host-bound steps,
 -- scheduler gaps, network).
 -- @depends spikes, spike_prefill, spike_steps, request_prefill_windows, request_metrics
 -- @column spike_id            BIGINT   The spike.
@@ -45,7 +45,9 @@ a AS (
            CASE WHEN st.spike_id IS NOT NULL AND st.split_known THEN coalesce(sp.prefill_overlap_ns, 0)
                 WHEN st.spike_id IS NOT NULL THEN NULL
                 WHEN s.level = 'request' THEN CAST(coalesce(inf.ns, 0) AS BIGINT) END AS prefill_overlap_ns,
-           CASE WHEN st.spike_id IS NOT NULL THEN st.stall_gen_reqs ELSE running.n END AS stalled_decodes,
+           -- The stalling step's own count when the trace gives it, else the client requests decoding
+           -- throughout the gap (a measurement, not a guess); step-level spikes without either stay NULL.
+           coalesce(st.stall_gen_reqs, running.n) AS stalled_decodes,
            CASE WHEN st.tokens_known THEN st.prefill_tokens END AS prefill_tokens,
            st.stalling_step_id
     FROM spikes s

@@ -14,13 +14,18 @@
 -- @column overlap_ns      BIGINT   Culprit's prefill time inside the gap (traced) or window overlap (inferred), ns.
 -- @column evidence        VARCHAR  `kernels` (traced steps) or `inferred` (request windows).
 CREATE OR REPLACE TEMP VIEW spike_culprits AS
-WITH traced AS (
+WITH parts AS (
+    -- A step's prefill time is split over its parts by tokens: the step's own count when the trace gives
+    -- it, else the sum of the parts found for it.
+    SELECT *, sum(tokens) OVER (PARTITION BY trace_source_id, step_id) AS part_tokens FROM prefill_parts),
+traced AS (
     SELECT ss.spike_id, pp.source_id, pp.run_line, pp.request_id, pp.report_id, pp.prompt_tokens,
-           sum(ss.step_prefill_in_gap_ns * pp.tokens / ss.ctx_tokens) AS overlap_ns, 'kernels' AS evidence
+           sum(ss.step_prefill_in_gap_ns * pp.tokens / coalesce(ss.ctx_tokens, pp.part_tokens)) AS overlap_ns,
+           'kernels' AS evidence
     FROM spike_steps ss
     JOIN spikes s ON s.spike_id = ss.spike_id
-    JOIN prefill_parts pp ON pp.trace_source_id = ss.source_id AND pp.step_id = ss.step_id
-    WHERE ss.ctx_tokens > 0 AND ss.step_prefill_in_gap_ns > 0
+    JOIN parts pp ON pp.trace_source_id = ss.source_id AND pp.step_id = ss.step_id
+    WHERE coalesce(ss.ctx_tokens, pp.part_tokens) > 0 AND ss.step_prefill_in_gap_ns > 0
       AND (s.level = 'step' OR (pp.source_id = s.source_id AND pp.run_line = s.run_line
                                 AND pp.request_id <> s.request_id))
     GROUP BY ALL),

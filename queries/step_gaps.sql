@@ -10,21 +10,23 @@
 -- @column end_ns           BIGINT   Gap end (this step's end), ns since Unix epoch, UTC.
 -- @column gap_ns           BIGINT   Gap length, ns.
 -- @column step_dur_ns      BIGINT   This step's own GPU (or CPU) window, ns.
+-- @column step_wall_ns     BIGINT   This step's wall duration: its execute_model (CPU) window, else its GPU window, ns.
 -- @column phase            VARCHAR  The step's phase (`prefill`, `decode`, `mixed`), NULL when unknown.
 -- @column decode_only      BOOLEAN  True when the step is known to hold decode work only.
 -- @column prefill_gpu_ns   BIGINT   Prefill GPU time of the step, ns (NULL when unknown).
 -- @column ctx_tokens       BIGINT   Prefill tokens of the step (NULL when unknown).
 -- @column stalled_decodes  INTEGER  Decodes the step held (its generation requests); NULL when the trace does not say.
 CREATE OR REPLACE TEMP VIEW step_gaps AS
-SELECT source_id, step_id, step_index,
-       coalesce(lag(end_ns) OVER w, start_ns) AS start_ns,
-       end_ns,
-       end_ns - coalesce(lag(end_ns) OVER w, start_ns) AS gap_ns,
-       end_ns - start_ns AS step_dur_ns,
-       phase,
-       phase = 'decode' AS decode_only,
-       prefill_gpu_ns, ctx_tokens,
-       gen_reqs AS stalled_decodes
-FROM step_phase
-WHERE kernel_count > 0
-WINDOW w AS (PARTITION BY source_id ORDER BY end_ns, step_index);
+SELECT p.source_id, p.step_id, p.step_index,
+       coalesce(lag(p.end_ns) OVER w, p.start_ns) AS start_ns,
+       p.end_ns,
+       p.end_ns - coalesce(lag(p.end_ns) OVER w, p.start_ns) AS gap_ns,
+       p.end_ns - p.start_ns AS step_dur_ns,
+       coalesce(s.cpu_dur_ns, p.end_ns - p.start_ns) AS step_wall_ns,
+       p.phase,
+       p.phase = 'decode' AS decode_only,
+       p.prefill_gpu_ns, p.ctx_tokens,
+       p.gen_reqs AS stalled_decodes
+FROM step_phase p JOIN steps s ON s.step_id = p.step_id
+WHERE p.kernel_count > 0
+WINDOW w AS (PARTITION BY p.source_id ORDER BY p.end_ns, p.step_index);

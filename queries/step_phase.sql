@@ -1,6 +1,8 @@
 -- Each engine step with its GPU time split into prefill and decode work (sums over `kernel_phase`), and its
 -- phase: from the step's batch-composition annotation when the trace has one, else from its phase-specific
--- kernels (prefill and decode kernels both present = mixed), else NULL (the trace does not say).
+-- kernels (prefill and decode kernels both present = mixed), else NULL (the trace does not say). An SGLang
+-- `step[MIXED bs=B toks=T]` marker counts every decode as one extend token, so its prefill tokens are taken as
+-- T - B + 1 (one request being prefilled; off by one token per extra prefill request).
 -- @depends kernel_phase
 -- @column source_id        INTEGER  The trace.
 -- @column step_id          BIGINT   `steps.step_id`.
@@ -15,7 +17,7 @@
 -- @column prefill_gpu_ns   BIGINT   Kernel time attributed to prefill work, ns (NULL when the split is unknown).
 -- @column decode_gpu_ns    BIGINT   Kernel time attributed to decode work, ns (NULL when the split is unknown).
 -- @column ctx_reqs         INTEGER  Context (prefill) requests in the step, NULL when unknown.
--- @column ctx_tokens       BIGINT   Prefill tokens in the step, NULL when unknown.
+-- @column ctx_tokens       BIGINT   Prefill tokens in the step (SGLang MIXED: estimated, see above), NULL when unknown.
 -- @column gen_reqs         INTEGER  Decode requests in the step (the decodes a long step stalls), NULL when unknown.
 -- @column gen_tokens       BIGINT   Decode tokens in the step, NULL when unknown.
 CREATE OR REPLACE TEMP VIEW step_phase AS
@@ -35,5 +37,8 @@ SELECT s.source_id, s.step_id, s.step_index, s.rank,
        s.kernel_count, s.gpu_busy_ns,
        CASE WHEN kp.unknown = 0 THEN kp.prefill_ns END AS prefill_gpu_ns,
        CASE WHEN kp.unknown = 0 THEN kp.decode_ns END AS decode_gpu_ns,
-       s.ctx_reqs, s.ctx_tokens, s.gen_reqs, s.gen_tokens
+       s.ctx_reqs,
+       coalesce(s.ctx_tokens, CASE WHEN s.annotation_kind = 'sglang' AND s.phase = 'mixed'
+                                   THEN s.total_tokens - s.batch_size + 1 END) AS ctx_tokens,
+       s.gen_reqs, s.gen_tokens
 FROM steps s LEFT JOIN kp ON kp.step_id = s.step_id;

@@ -177,7 +177,8 @@ def find_run_window(server_arrival_ns: np.ndarray, server_len: np.ndarray, bench
 
 def assign_in_window(bench_len: np.ndarray, server_len: np.ndarray, server_arrival_ns: np.ndarray, *,
                      bench_send_ns: np.ndarray | None = None, bench_latency_ns: np.ndarray | None = None,
-                     server_finish_ns: np.ndarray | None = None, resolution_ns: int = SECOND,
+                     server_finish_ns: np.ndarray | None = None, bench_out_len: np.ndarray | None = None,
+                     server_max_tokens: np.ndarray | None = None, resolution_ns: int = SECOND,
                      rounds: int = 16) -> tuple[np.ndarray, np.ndarray]:
     """One-to-one pairs (bench index, server index) of equal prompt length.
 
@@ -188,7 +189,9 @@ def assign_in_window(bench_len: np.ndarray, server_len: np.ndarray, server_arriv
     neighbours, which leaves warm-up requests and other clients' rows over). Then, among pairs of one length
     whose server rows arrived in the same second, the order is redone by finish time (server finish line vs
     send + latency) when every member has one: that separates same-length requests sent in the same second.
-    Missing latencies / finishes are given as negative values or NaN.
+    Last, where such a cluster's output lengths are exactly its server rows' max_tokens (benchmarks that
+    ignore EOS generate max_tokens each), requests pair by that value: a burst reaches the server in an order
+    send times cannot tell. Missing latencies / finishes / lengths are given as negative values or NaN.
     """
     bl = np.asarray(bench_len, dtype=np.int64)
     sl = np.asarray(server_len, dtype=np.int64)
@@ -268,7 +271,27 @@ def assign_in_window(bench_len: np.ndarray, server_len: np.ndarray, server_arriv
         new_sj = sj.copy()
         new_sj[ob3] = sj[os3]
         sj = new_sj
+    if bench_out_len is not None and server_max_tokens is not None:
+        sj = _pair_by_output_len(bi, sj, cid, csize, _nullable(bench_out_len, n), _nullable(server_max_tokens, m))
     return bi, sj
+
+
+def _pair_by_output_len(bi, sj, cid, csize, out_len, max_tok) -> np.ndarray:
+    """Within each same-length, same-second cluster whose output lengths equal its max_tokens as multisets,
+    re-pair so each request meets the server row that asked for exactly its output length."""
+    cand = np.flatnonzero((csize[cid] > 1) & ~np.isnan(out_len[bi]) & ~np.isnan(max_tok[sj]))
+    if cand.size == 0:
+        return sj
+    ob = cand[np.lexsort((bi[cand], out_len[bi[cand]], cid[cand]))]
+    os_ = cand[np.lexsort((sj[cand], max_tok[sj[cand]], cid[cand]))]
+    same = out_len[bi[ob]] == max_tok[sj[os_]]
+    # Only clusters wholly present and wholly equal qualify.
+    present = np.bincount(cid[cand], minlength=csize.size) == csize
+    bad = np.bincount(cid[ob], weights=~same, minlength=csize.size) > 0
+    ok = present[cid[ob]] & ~bad[cid[ob]]
+    new_sj = sj.copy()
+    new_sj[ob[ok]] = sj[os_[ok]]
+    return new_sj
 
 
 def _nullable(a, size) -> np.ndarray:
@@ -441,7 +464,8 @@ class RunMatch:
 def match_run(bench_len: np.ndarray, bench_ok: np.ndarray, bench_latency_ns: np.ndarray,
               bench_send_ns: np.ndarray | None, server_arrival_ns: np.ndarray, server_len: np.ndarray,
               server_finish_ns: np.ndarray | None, *, duration_ns: int | None, anchor_ns: int | None,
-              usable: np.ndarray | None = None, resolution_ns: int = SECOND) -> RunMatch | None:
+              usable: np.ndarray | None = None, resolution_ns: int = SECOND,
+              bench_out_len: np.ndarray | None = None, server_max_tokens: np.ndarray | None = None) -> RunMatch | None:
     """Window search + assignment + offset, for one run against one server source (arrays sorted by arrival)."""
     sa = np.asarray(server_arrival_ns, dtype=np.int64)
     bl = np.asarray(bench_len, dtype=np.int64)
@@ -451,8 +475,10 @@ def match_run(bench_len: np.ndarray, bench_ok: np.ndarray, bench_latency_ns: np.
     rows = win.rows
     sf = None if server_finish_ns is None else np.asarray(server_finish_ns, dtype=np.float64)[rows]
     lat = np.where(np.asarray(bench_ok, bool), np.asarray(bench_latency_ns, dtype=np.float64), np.nan)
+    mt = None if server_max_tokens is None else np.asarray(server_max_tokens, dtype=np.float64)[rows]
     bi, wj = assign_in_window(bl, np.asarray(server_len)[rows], sa[rows], bench_send_ns=bench_send_ns,
-                              bench_latency_ns=lat, server_finish_ns=sf, resolution_ns=resolution_ns)
+                              bench_latency_ns=lat, server_finish_ns=sf, bench_out_len=bench_out_len,
+                              server_max_tokens=mt, resolution_ns=resolution_ns)
     sj = rows[wj]
     order = np.argsort(bi)
     bi, sj = bi[order], sj[order]
@@ -534,7 +560,7 @@ def _server_rows(con) -> pl.DataFrame:
         WITH fin AS (SELECT source_id, request_id, min(ts_ns) AS ts FROM request_events
                      WHERE event = 'finished' GROUP BY ALL)
         SELECT r.source_id, r.request_id, r.request_index, r.arrival_ns, r.prompt_tokens,
-               coalesce(r.finish_ns, fin.ts) AS finish_ns, s.path
+               coalesce(r.finish_ns, fin.ts) AS finish_ns, r.max_tokens, s.path
         FROM requests r JOIN sources s USING (source_id)
         LEFT JOIN fin ON fin.source_id = r.source_id AND fin.request_id = r.request_id
         WHERE r.kind = 'server' AND r.arrival_ns IS NOT NULL AND r.prompt_tokens IS NOT NULL
@@ -564,7 +590,8 @@ def align_store(con, touched: list[int] | None = None) -> list[str]:
 def _align_unit(con, u: _Unit, server: pl.DataFrame, claimed: dict[int, np.ndarray]) -> str:
     """Coarse anchor, then server-log match, then trace refinement; writes the run's times and clock rows."""
     b = con.sql("""SELECT request_index, request_id, prompt_tokens, status = 'ok' AS ok, e2e_latency_ns,
-                          arrival_ns FROM requests WHERE source_id = ? AND line_no = ? ORDER BY request_index""",
+                          arrival_ns, output_tokens FROM requests WHERE source_id = ? AND line_no = ?
+                   ORDER BY request_index""",
                 params=[u.source_id, u.line_no]).pl()
     # Native send times (perf_counter ns) are what the stored arrivals carry minus the stored offset.
     native = None
@@ -629,7 +656,9 @@ def _best_server_match(u: _Unit, b: pl.DataFrame, native, server: pl.DataFrame, 
                        b["e2e_latency_ns"].fill_null(-1).to_numpy()[pos], None if native is None else native[pos],
                        grp["arrival_ns"].to_numpy(), grp["prompt_tokens"].to_numpy(),
                        grp["finish_ns"].fill_null(-1).to_numpy(), duration_ns=u.duration_ns, anchor_ns=u.anchor_ns,
-                       usable=usable)
+                       usable=usable,
+                       bench_out_len=b["output_tokens"].cast(pl.Float64).fill_null(float("nan")).to_numpy()[pos],
+                       server_max_tokens=grp["max_tokens"].cast(pl.Float64).fill_null(float("nan")).to_numpy())
         if rm is None:
             continue
         rm.bench_idx = pos[rm.bench_idx]

@@ -54,12 +54,14 @@ class Options:
     attainment: float = 0.9
     spike_k: float = 3.0
     baseline_window_s: float = 30.0
+    baseline_steps: int = 16
     max_culprits: int = 5
 
 
 def prepare(con, opts: Options) -> None:
     """Install every view with these parameters and materialise the expensive ones."""
-    sqlviews.install(con, **opts.slo.__dict__, spike_k=opts.spike_k, baseline_window_s=opts.baseline_window_s)
+    sqlviews.install(con, **opts.slo.__dict__, spike_k=opts.spike_k, baseline_window_s=opts.baseline_window_s,
+                     baseline_steps=opts.baseline_steps)
     sqlviews.materialise(con, _MATERIALISE)
 
 

@@ -95,7 +95,11 @@ def ingest(paths: list[Path] = typer.Argument(..., help="Files or directories (t
     for r in report:
         if r.status == "failed":
             _error(r.message)
-    if not report.results or any(r.status == "failed" for r in report):
+    if not any(r.status in ("ingested", "replaced", "unchanged") for r in report):
+        if not any(r.status == "failed" for r in report):
+            _error("no input files found")
+        raise typer.Exit(1)
+    if any(r.status == "failed" for r in report):
         raise typer.Exit(1)
 
 

@@ -16,7 +16,7 @@ from .schema import TABLES
 @dataclass
 class IngestResult:
     path: str
-    status: str  # ingested | replaced | unchanged | failed
+    status: str  # ingested | replaced | unchanged | skipped (not an input, found in a directory) | failed
     format: str | None = None
     parser: str | None = None
     source_id: int | None = None
@@ -33,25 +33,28 @@ class IngestResult:
         return self.status != "failed"
 
 
-def expand(paths: list[Path]) -> tuple[list[Path], list[IngestResult]]:
-    """Files named directly, and every non-hidden file under named directories, sorted for a stable order."""
-    files: list[Path] = []
+def expand(paths: list[Path]) -> tuple[list[tuple[Path, bool]], list[IngestResult]]:
+    """Files named directly, and every non-hidden file under named directories, sorted for a stable order;
+    each with whether it was named (True) or found by walking a directory (False)."""
+    files: list[tuple[Path, bool]] = []
     missing: list[IngestResult] = []
     for p in paths:
         if p.is_dir():
-            files += sorted(f for f in p.rglob("*") if f.is_file()
+            files += sorted((f, False) for f in p.rglob("*") if f.is_file()
                             and not any(part.startswith(".") for part in f.relative_to(p).parts))
         elif p.exists():
-            files.append(p)
+            files.append((p, True))
         else:
             missing.append(IngestResult(str(p), "failed", message=f"{p}: no such file or directory"))
-    seen: set[Path] = set()
-    unique = []
-    for f in files:
+    seen: dict[Path, int] = {}
+    unique: list[tuple[Path, bool]] = []
+    for f, named in files:
         r = f.resolve()
         if r not in seen:
-            seen.add(r)
-            unique.append(r)
+            seen[r] = len(unique)
+            unique.append((r, named))
+        elif named:
+            unique[seen[r]] = (r, True)
     return unique, missing
 
 
@@ -160,7 +163,7 @@ class IngestReport:
 
     @property
     def ok(self) -> bool:
-        return any(r.ok for r in self.results)
+        return any(r.status in ("ingested", "replaced", "unchanged") for r in self.results)
 
     def __iter__(self):
         return iter(self.results)
@@ -181,13 +184,17 @@ def ingest_paths(store, paths: list[Path], *, options: Options | None = None,
     options = options or Options()
     files, results = expand(paths)
     planned: list[tuple[InputFile, Parser, str]] = []
-    for f in files:
+    for f, named in files:
         try:
             inp = InputFile(f)
             parser, fmt = _classify(inp)
             planned.append((inp, parser, fmt))
         except (InputError, OSError) as e:
-            results.append(IngestResult(str(f), "failed", message=_one_line(e)))
+            if named:
+                results.append(IngestResult(str(f), "failed", message=_one_line(e)))
+            else:
+                # A directory also holds READMEs, notes, ground-truth files: not inputs, said so, not fatal.
+                results.append(IngestResult(str(f), "skipped", message=f"not an input: {_one_line(e)}"))
     planned.sort(key=lambda x: x[1].order)
     touched: dict[str, Parser] = {}
     for inp, parser, fmt in planned:

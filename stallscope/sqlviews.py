@@ -99,7 +99,9 @@ PARAMS = {
     "itl_ms": ("DOUBLE", None, "worst inter-chunk gap SLO, ms (NULL: not checked); also a spike rule"),
     "e2el_ms": ("DOUBLE", None, "end-to-end latency SLO, ms (NULL: not checked)"),
     "spike_k": ("DOUBLE", 3.0, "a gap is a spike when it exceeds spike_k x the expected decode-only gap"),
-    "baseline_window_s": ("DOUBLE", 30.0, "half-width of the sliding window for the decode-only baseline, s"),
+    "baseline_window_s": ("DOUBLE", 30.0, "half-width of the time window for baselines that cannot tell decode "
+                                          "steps apart (all-step and client-gap medians), s"),
+    "baseline_steps": ("INTEGER", 16, "decode-only steps either side that make the decode-only step baseline"),
 }
 
 

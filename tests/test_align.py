@@ -441,3 +441,24 @@ def test_json_lines_runs_align_one_by_one(tmp_path):
     assert clocks == [(1, "matched_server_log"), (2, "matched_server_log")]
     method, note = s.sql("SELECT clock_method, clock_note FROM sources WHERE parser = 'bench_json'").row(0)
     assert method == "matched_server_log" and note.startswith("2 runs")
+
+
+def test_same_length_burst_pairs_by_output_length():
+    """A burst sent in one order and received in another: equal prompt lengths, one second, no finish lines.
+    Send order cannot tell them apart; output lengths equal to the server's max_tokens can."""
+    from stallscope.align import assign_in_window
+
+    sec = 1_000_000_000
+    bench_len = np.array([543, 100, 543, 200])
+    bench_send = np.array([0, 10_000, 20_000, 30_000])  # bench 0 sent before bench 2
+    bench_out = np.array([252, 10, 196, 20])
+    server_len = np.array([100, 543, 543, 200])  # log order: the 196-token request arrived first
+    server_arr = np.full(4, 5 * sec)
+    server_max = np.array([10, 196, 252, 20])
+    bi, sj = assign_in_window(bench_len, server_len, server_arr, bench_send_ns=bench_send,
+                              bench_out_len=bench_out, server_max_tokens=server_max)
+    pairs = dict(zip(bi.tolist(), sj.tolist()))
+    assert pairs == {0: 2, 1: 0, 2: 1, 3: 3}
+    # Without the lengths the pairing follows send order and swaps the two 543-token requests.
+    bi, sj = assign_in_window(bench_len, server_len, server_arr, bench_send_ns=bench_send)
+    assert dict(zip(bi.tolist(), sj.tolist()))[0] == 1

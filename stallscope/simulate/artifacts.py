@@ -1,0 +1,57 @@
+"""Writes every artifact of a simulated run into one directory (the layout `stallscope simulate --out` produces).
+
+    trace.pt.trace.json.gz   Kineto trace of the engine worker (rank 0)
+    bench_serve.json         vllm bench serve --save-result --save-detailed
+    vllm_server.log          vLLM V1 server log (policy chunked) or V0 log (policy v0)
+    sglang_scheduler.log     SGLang scheduler log (policy sglang)
+    tgi_router.log           TGI router log (per-request Success records)
+    truth.json               ground truth (see stallscope/simulate/truth.py and sample_traces/README.md)
+Text artifacts can be gzip-compressed (`.gz` added), with a zero mtime and no file name in the header so that
+the same run gives the same bytes.
+"""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+from . import emit_bench, emit_kineto, emit_logs, truth
+from .runner import Run
+
+KINDS = ("trace", "bench", "vllm", "tgi", "sglang", "truth")
+
+
+def _write(path: Path, data: bytes, compress: bool) -> Path:
+    if compress:
+        path = path.with_name(path.name + ".gz")
+        with open(path, "wb") as f:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=f, mtime=0, compresslevel=9) as gz:
+                gz.write(data)
+    else:
+        path.write_bytes(data)
+    return path
+
+
+def write_all(run: Run, out: Path, *, only: tuple[str, ...] = KINDS, compress: tuple[str, ...] = (),
+              analysis: truth.Analysis | None = None) -> dict[str, Path]:
+    """Write the selected artifacts; returns {kind: path}. `compress` names the kinds to gzip."""
+    out.mkdir(parents=True, exist_ok=True)
+    a = analysis or truth.Analysis(run)
+    written: dict[str, Path] = {}
+    policy = run.spec.policy
+    if "trace" in only:
+        p = out / "trace.pt.trace.json.gz"
+        emit_kineto.write(run, p)
+        written["trace"] = p
+    if "bench" in only:
+        written["bench"] = _write(out / "bench_serve.json", emit_bench.dumps(emit_bench.build(run, a)),
+                                  "bench" in compress)
+    if "vllm" in only and policy in ("chunked", "v0"):
+        data = emit_logs.vllm_v1(run) if policy == "chunked" else emit_logs.vllm_v0(run)
+        written["vllm"] = _write(out / "vllm_server.log", data, "vllm" in compress)
+    if "sglang" in only and policy == "sglang":
+        written["sglang"] = _write(out / "sglang_scheduler.log", emit_logs.sglang(run), "sglang" in compress)
+    if "tgi" in only:
+        written["tgi"] = _write(out / "tgi_router.log", emit_logs.tgi(run), "tgi" in compress)
+    if "truth" in only:
+        written["truth"] = _write(out / "truth.json", truth.dumps(truth.build(run, a)), "truth" in compress)
+    return written
