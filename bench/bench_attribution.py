@@ -138,7 +138,7 @@ def main() -> None:
     r = subprocess.run([sys.executable, "-c", RUN, str(db), str(args.itl_ms)], capture_output=True, text=True)
     if r.returncode:
         sys.exit(r.stderr.strip().splitlines()[-1])
-    res = json.loads(r.stdout)
+    res = json.loads(r.stdout.strip().splitlines()[-1])
     print(f"analyze: {res['seconds']:.1f} s, peak RSS {res['peak_rss'] / 1e9:.2f} GB "
           f"(target: <= 60 s, <= 4 GB on 2 cores)")
     print(f"  spikes {res['spikes']:,} ({res['with_culprits']:,} with culprits), evidence {res['evidence']}, "
