@@ -17,11 +17,11 @@ venv: $(BIN)/python
 dev: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test]'
 
-# The main job on a bundled sample: ingest it into an embedded DuckDB file and print what stallscope finds.
+# The main job on a bundled sample: ingest it into an embedded DuckDB file and report the stalls it finds.
 demo: venv
 	rm -f $(DEMO_DB)
 	$(BIN)/stallscope ingest $(DEMO) --db $(DEMO_DB)
-	$(BIN)/stallscope steps --db $(DEMO_DB) --limit 20
+	$(BIN)/stallscope analyze --db $(DEMO_DB) --slo ttft=2s,tpot=50ms,itl=200ms --json demo-analysis.json
 
 # The whole test suite.
 test: dev
@@ -34,4 +34,4 @@ bench: dev
 	$(BIN)/python bench/bench_kineto.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info $(DEMO_DB) .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info $(DEMO_DB) demo-analysis.json .pytest_cache

@@ -83,13 +83,27 @@ def _summary(r: dict, top: int) -> None:
     out.print(f"spikes: {len(spikes)}", highlight=False)
     if not spikes:
         return
-    t = Table(title=f"largest {min(top, len(spikes))} spikes")
-    for c in ("gap ms", "x base", "request", "token", "rule", "evidence", "prefill ms", "stalled", "top culprit"):
+    # One stall shows up as a spike in every request it held up: group them into stall events.
+    events: dict[tuple, list[dict]] = {}
+    for sp in spikes:
+        c = sp["culprits"][0]["request_id"] if sp["culprits"] else None
+        key = (sp["source"] if sp["level"] == "step" else "run", sp["step_index"]) if sp["step_index"] is not None \
+            else (c, round(sp["end_ns"] / 2e8))
+        events.setdefault(key, []).append(sp)
+    ranked = sorted(events.values(), key=lambda g: -max(x["gap_ms"] for x in g))
+    out.print(f"stall events: {len(events)} (largest first)", highlight=False)
+    t = Table()
+    for c in ("when (s)", "worst gap ms", "x base", "requests hit", "stalled", "evidence", "prefill ms",
+              "step", "top culprit"):
         t.add_column(c, overflow="fold")
-    for s in sorted(spikes, key=lambda s: -s["gap_ms"])[:top]:
-        c = s["culprits"][0] if s["culprits"] else None
-        t.add_row(_fmt(s["gap_ms"], 1), _fmt(s["gap_ms"] / s["baseline_ms"], 1) if s["baseline_ms"] else "-",
-                  _fmt(s["request_id"]) if s["request_id"] else f"step {s['step_index']}", _fmt(s["token_index"]),
-                  s["rule"], s["evidence"], _fmt(s["prefill_overlap_ms"], 1), _fmt(s["stalled_decodes"]),
+    t0 = r["window"]["start_ns"] or min(x["start_ns"] for x in spikes)
+    for g in ranked[:top]:
+        w = max(g, key=lambda x: x["gap_ms"])
+        c = w["culprits"][0] if w["culprits"] else None
+        hit = sum(1 for x in g if x["level"] == "request")
+        t.add_row(_fmt((w["start_ns"] - t0) / 1e9, 2), _fmt(w["gap_ms"], 1),
+                  _fmt(w["gap_ms"] / w["baseline_ms"], 1) if w["baseline_ms"] else "-",
+                  str(hit) if hit else "step-level", _fmt(w["stalled_decodes"]), w["evidence"],
+                  _fmt(w["prefill_overlap_ms"], 1), _fmt(w["step_index"]),
                   f"{c['request_id']} ({c['prompt_tokens']} tok, {c['overlap_ms']:.0f} ms)" if c else "-")
     out.print(t)

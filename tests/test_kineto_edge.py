@@ -131,3 +131,29 @@ def test_python_functions_can_be_dropped_but_steps_survive(tmp_path):
     py = s.sql("SELECT count(*) FROM cpu_ops WHERE category = 'python_function'").item()
     assert py == 22  # only the execute_model windows (gpu_worker and gpu_model_runner, 11 each)
     assert r.parsed + r.skipped == s.sql("SELECT sum(events) FROM trace_categories").item()
+
+
+@pytest.mark.parametrize("annotation,want", [
+    ("execute_new_3_cached_29", {"new_reqs": 3, "cached_reqs": 29, "phase": "mixed", "annotation_kind": "new_cached"}),
+    ("execute_new_2_cached_0", {"new_reqs": 2, "cached_reqs": 0, "phase": "prefill"}),
+    ("execute_context_2(4096)_generation_30(30)",
+     {"ctx_reqs": 2, "ctx_tokens": 4096, "gen_reqs": 30, "gen_tokens": 30, "total_tokens": 4126, "phase": "mixed",
+      "annotation_kind": "context_generation"}),
+    ("execute_4126_context_2(4096)_generation_30(30)", {"total_tokens": 4126, "ctx_tokens": 4096}),
+    ("execute_context_0(0)_generation_32(32)", {"ctx_reqs": 0, "gen_reqs": 32, "phase": "decode"}),
+    ("step[DECODE bs=32]", {"gen_reqs": 32, "ctx_reqs": 0, "phase": "decode", "batch_size": 32}),
+    ("step[MIXED bs=15 toks=4110]", {"phase": "mixed", "batch_size": 15, "total_tokens": 4110, "ctx_tokens": None}),
+])
+def test_every_step_annotation_variant(tmp_path, annotation, want):
+    """The B200 step carries `execute_context_1(888_788544)_generation_0(0)`; the other variants real vLLM and
+    SGLang versions write are swapped in for it, on the same real events."""
+    t = load_trace(real("traces/vllm_b200_tp8_eager_prefill_step.json.gz"))
+    for e in t["traceEvents"]:
+        if e.get("name", "").startswith("execute_context_"):
+            e["name"] = annotation
+    s = stallscope.open(":memory:")
+    assert s.ingest(write_trace(t, tmp_path / "t.json.gz"))[0].status == "ingested"
+    st = s.sql("SELECT * FROM steps").row(0, named=True)
+    assert st["annotation"] == annotation and st["kernel_count"] == 768
+    for k, v in want.items():
+        assert st[k] == v, (k, st[k], v)
