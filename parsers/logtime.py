@@ -180,20 +180,20 @@ class WallClock:
         pos = (mo.replace_strict(list(range(1, 13)), _MONTH_START_S[1:], default=0, return_dtype=i64)
                + (d - 1) * 86400 + c(hour).cast(i64) * 3600 + c(minute).cast(i64) * 60 + c(second).cast(i64))
         p = df.select(pos.alias("p")).to_series()
-        timed = p.drop_nulls()
-        if timed.len() == 0:
-            return pl.Series("ns", [None] * df.height, dtype=pl.Int64)
-        prev = timed.shift(1)
+        if p.null_count() == p.len():
+            return pl.repeat(None, df.height, dtype=i64, eager=True).alias("ns")
+        # Unwrap on the forward-filled position; untimed rows get a step of 0 and keep the running year.
+        pf = p.forward_fill()
+        prev = pf.shift(1)
         if self._last_pos is not None:
             prev = prev.fill_null(self._last_pos)
-        step = (timed - prev).fill_null(0)
+        step = (p - prev).fill_null(0)
         corr = (step < -_HALF_YEAR_S).cast(i64) - (step > _HALF_YEAR_S).cast(i64)
-        k = corr.cum_sum() + self._last_k
-        self._last_pos = int(timed[-1])
+        # A late line (a step forward of half a year) belongs to the previous year but does not move the running
+        # year, so its correction is undone on the next timed row.
+        k = (corr.cum_sum() + self._last_k).alias("_k")
+        self._last_pos = int(pf[-1])
         self._last_k = int(k[-1])
-        # Scatter the per-timed-row year offsets back onto all rows (untimed rows stay NULL).
-        kk = pl.Series("k", [None] * df.height, dtype=i64)
-        kk = kk.scatter(p.is_not_null().arg_true(), k)
         msx = c(ms).cast(i64) if ms else pl.lit(None, i64)
         e = _naive_ns(c("_k") + self.year, mo, d, c(hour).cast(i64), c(minute).cast(i64), c(second).cast(i64), msx)
-        return df.with_columns(kk.alias("_k")).select(_localize(e, self.tz).alias("ns")).to_series()
+        return df.with_columns(k).select(_localize(e, self.tz).alias("ns")).to_series()

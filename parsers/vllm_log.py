@@ -1,0 +1,861 @@
+"""vLLM server logs (V0 and V1 engines, 0.2 → 2026) into engine_stats, requests, request_events, engine_config, log_events.
+
+The file streams through `iter_line_frames` in 32 MB frames (read ahead in a thread; rows go to DuckDB in
+batches from another). Per frame, polars works column-wise: ANSI codes out; anchored regexes (`head_fast`, then
+`head` for the rest) read docker-compose/process prefixes and the record envelope (vLLM, Ray, uvicorn, KServe); hard-wrapped pieces are joined to their record, the lines of a traceback grouped into one
+event, known noise recognised; then each record kind gets its own regexes on its own rows only (the long
+`Received request` lines see three literal-led searches and nothing else). The record at the end of a frame,
+which may continue in the next one, is carried over. Requests are assembled in SQL at the end, because a
+request's Received and Finished lines can be far apart. The regexes and their real sample lines live in
+`vllm_log_patterns.py`; the year and zone of the timestamps come from `logtime.py`.
+"""
+from __future__ import annotations
+
+import queue
+import re
+import threading
+from typing import Iterator
+
+import polars as pl
+import pyarrow as pa
+
+from stallscope.errors import InputError
+
+from . import vllm_log_patterns as P
+from .base import ParseContext, Parser, file_mtime_ns
+from .lines import iter_line_frames
+from .logtime import Local, WallClock, check_zone, choose_year, full_date_ns
+from .vllm_log_config import ConfigCollector
+
+PATTERNS = P.PATTERNS
+VERSION = "1.0"
+MSG_MAX = 4096  # characters of a message kept in log_events
+FLUSH_ROWS = 250_000  # rows per table buffered before an INSERT
+
+c = pl.col
+_ENV_FIELDS = ("level", "md", "hms", "ms", "env")
+# The envelope columns every frame gets (NULL where a line has no such part).
+_COLS = ("head", "pfx", "env", "level", "md", "hms", "ms", "wdate", "wms", "rdate", "rms", "rlevel", "ulevel", "klevel")
+
+# -- sniffing ------------------------------------------------------------------------------------------------
+
+_SNIFF_ENVELOPE = re.compile(P.SNIFF.regex.encode())
+_VLLM_MARKERS = (b"Avg prompt throughput", b"Received request", b"Added request", b"vLLM API server version",
+                 b"LLM engine (v", b"loggers.py:", b"metrics.py:", b"llm_engine.py:", b"async_llm", b"EngineCore",
+                 b"non-default args", b"api_server.py:", b"vllm.entrypoints")
+_OTHER_MARKERS = (b"sglang", b"Prefill batch", b"Decode batch", b"text_generation_router", b"text_generation_launcher",
+                  b"server_args=ServerArgs")
+
+
+def sniff_score(head: bytes) -> float:
+    """Confidence that `head` (the first 64 KB) is a vLLM server log: vLLM's envelope anywhere, plus vLLM's own
+    messages; an SGLang or TGI log that merely contains a few vLLM-formatted lines (SGLang once imported vLLM)
+    scores low, so their parsers win."""
+    n = len(_SNIFF_ENVELOPE.findall(head[: 1 << 16]))
+    if n == 0:
+        return 0.0
+    score = 0.55 if n < 3 else 0.6
+    strong = any(m in head for m in _VLLM_MARKERS)
+    other = any(m in head for m in _OTHER_MARKERS)
+    if strong:
+        score += 0.35
+    if other:
+        score -= 0.35 if not strong else 0.2
+    return max(0.05, min(score, 0.95))
+
+
+class VllmLogParser(Parser):
+    name = "vllm_log"
+    version = VERSION
+    formats = ("vllm_log",)
+    order = 50
+
+    def sniff(self, head: bytes, inp):
+        s = sniff_score(head)
+        return ("vllm_log", s) if s > 0 else None
+
+    def parse(self, ctx: ParseContext, fmt: str) -> None:
+        _Run(ctx).run()
+
+
+PARSER = VllmLogParser()
+
+
+# -- the per-file run ----------------------------------------------------------------------------------------
+
+def _process_name(pfx: pl.Expr) -> pl.Expr:
+    """`(EngineCore_0 pid=1159) (RayWorkerWrapper pid=1273) ` → `EngineCore_0 pid=1159 / RayWorkerWrapper pid=1273`."""
+    s = pfx.str.replace_all(P.PROCESS_SEP.regex, " / ").str.strip_chars("() /\t")
+    return pl.when(s.str.len_bytes() > 0).then(s).otherwise(None)
+
+
+def _process_names(pfx: pl.Series) -> pl.Series:
+    """`process` for every row, computed once per distinct prefix (a log has a handful)."""
+    u = pfx.drop_nulls().unique()
+    names = pl.select(_process_name(pl.lit(u))).to_series()
+    return pfx.replace_strict(u, names, default=None, return_dtype=pl.String).alias("process")
+
+
+def _int(s: pl.Expr) -> pl.Expr:
+    return s.cast(pl.Int64, strict=False)
+
+
+def _num(s: pl.Expr) -> pl.Expr:
+    return s.cast(pl.Float64, strict=False)
+
+
+class _Run:
+    """State of one file's parse: clock, carried rows, running counts and the cross-frame collections."""
+
+    def __init__(self, ctx: ParseContext):
+        self.ctx = ctx
+        self.con = ctx.con
+        self.sid = ctx.source_id
+        self.tz = check_zone(getattr(ctx.options, "tz", None))
+        self.clock: WallClock | None = None
+        self.year_note: str | None = None
+        self.last_ts: int | None = None
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+        self.config = ConfigCollector()
+        self.saw_stats = {"V0": 0, "V1": 0}
+        self.lines = 0
+        self.raw_bytes = 0
+        self.bad_utf8_kept = 0
+        self.noise: dict[str, int] = {}
+        self.suffixed = False  # some Added/Finished id ends like a 2026 engine-id suffix
+        self.buffers: dict[str, list[pa.Table]] = {}
+        self.writer = _Writer(ctx)
+
+    # .. driver ..............................................................................................
+    def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.writer.close(wait=False)
+
+    def _run(self) -> None:
+        ctx = self.ctx
+        frames = _prefetch(iter_line_frames(ctx.input))
+        carry: pl.DataFrame | None = None
+        held = next(frames, None)
+        if held is None:
+            raise InputError(f"{ctx.path}: no lines to read" + (f" ({ctx.input.cut_error})" if ctx.input.cut_error else ""))
+        while held is not None:
+            nxt = next(frames, None)
+            frame = held if carry is None else pl.concat([carry, held])
+            carry = self._frame(frame, last=nxt is None)
+            held = nxt
+            ctx.progress(self.raw_bytes)
+        self._finish()
+
+    # .. one frame ...........................................................................................
+    def _frame(self, frame: pl.DataFrame, last: bool) -> pl.DataFrame | None:
+        if frame.height == 0:
+            return None
+        df = _patch(frame, frame["text"].str.contains("\x1b", literal=True), "text",
+                    c("text").str.replace_all(P.ANSI.regex, ""))
+        df = _envelope(df)
+        df = self._recover_torn(df)
+
+        carry = None
+        if not last:
+            cut = self._cut_index(df)
+            if cut > 0:
+                carry = frame.slice(cut)
+                df = df.slice(0, cut)
+        if last and self.ctx.input.cut_error:
+            df = df.with_columns(pl.when(pl.int_range(pl.len()) == pl.len() - 1).then(pl.lit("cut"))
+                                 .otherwise(c("kind")).alias("kind"))
+        self.lines += df.height
+        self.raw_bytes += int(df["text"].str.len_bytes().sum()) + df.height
+        self._process(df)
+        return carry
+
+    def _recover_torn(self, df: pl.DataFrame) -> pl.DataFrame:
+        """A record glued behind torn output (`…NCCL INFO Connected all tre(RayWorkerWrapper pid=643) INFO 04-14 …`,
+        `host:633:INFO 04-20 …`) keeps its envelope and becomes a record; the torn text before it is dropped."""
+        other = (df["kind"] == "other").arg_true()
+        if other.len() == 0:
+            return df
+        rx = "(?P<t_env>" + P.TORN.regex + ")"
+        for f in _ENV_FIELDS:
+            rx = rx.replace(f"(?P<{f}>", f"(?P<t_{f}>")
+        sub = (df.select("msg").gather(other).with_columns(other.alias("_i"))
+               .filter(c("msg").str.contains(P.TORN.regex)))
+        if sub.height == 0:
+            return df
+        sub = (sub.select(c("_i"), c("msg").str.extract_groups(rx + r"(?P<t_msg>.*)$").alias("g")).unnest("g")
+               .filter(c("t_msg").is_not_null()))
+        if sub.height == 0:
+            return df
+        idx = sub["_i"]
+        upd = [df[f].scatter(idx, sub[f"t_{f}"]) for f in _ENV_FIELDS]
+        return df.with_columns(*upd, df["msg"].scatter(idx, sub["t_msg"]), df["kind"].scatter(idx, "rec"))
+
+    def _cut_index(self, df: pl.DataFrame) -> int:
+        """Index of the last record start: rows from there on may continue in the next frame and are carried."""
+        tail = df.slice(max(0, df.height - 5000))
+        same_record = ((c("env") == c("env").shift(1)) & (c("pfx") == c("pfx").shift(1))).fill_null(False)
+        anchor = ((c("kind") != "other") & ~same_record & ~c("msg").str.contains(P.TB_HEAD.regex)
+                  & ~c("msg").str.contains(P.TB_FRAME.regex) & ~c("msg").str.contains(P.TB_EXC.regex))
+        idx = tail.select(pl.arg_where(anchor).last()).item()
+        return 0 if idx is None else int(idx) + df.height - tail.height
+
+    # .. the frame's records ...............................................................................
+    def _process(self, df: pl.DataFrame) -> None:
+        ctx = self.ctx
+        df = df.with_columns(pl.lit(1, pl.Int32).alias("nlines"))
+        df = _patch(df, df["msg"].str.contains("across cluster]", literal=True), "msg",
+                    c("msg").str.replace(P.RAY_DEDUP.regex, ""))
+        df = df.with_columns(_noise(df))
+        df = self._join_wrapped(df)
+        df = _tracebacks(df)
+        df = _python_warning_tails(df)
+        df = df.with_columns(self._timestamps(df).alias("ts_ns"))
+
+        member = c("tb_event").is_not_null()
+        is_rec = c("kind").is_in(["rec", "ks"]) & ~member
+        starts = c("msg").str.starts_with
+        tag = (pl.when(~is_rec).then(None)
+               .when(c("msg").str.slice(0, 64).str.contains("Avg prompt throughput: ", literal=True))
+               .then(pl.lit("stats"))
+               .when(starts("Prefix cache hit rate: GPU: ")).then(pl.lit("pch"))
+               .when(starts("Received request ")).then(pl.lit("recv"))
+               .when(starts("Added request ") | starts("Finished request ") | starts("Aborted request ")).then(pl.lit("life"))
+               .otherwise(pl.lit("msg")))
+        df = df.with_columns(tag.alias("tag"), _process_names(df["pfx"]),
+                             pl.coalesce(c("level"), c("klevel"), c("rlevel"), c("ulevel")).alias("lvl"))
+
+        unused = [self._stats(df.filter(c("tag") == "stats")), self._prefix_hits(df.filter(c("tag") == "pch")),
+                  self._received(df.filter(c("tag") == "recv")), self._lifecycle(df.filter(c("tag") == "life"))]
+        unused = [u for u in unused if u is not None and u.len()]
+        unused_lines = pl.concat(unused) if unused else pl.Series("line_no", [], pl.Int64)
+        msgs = df.filter((c("tag") == "msg") | c("line_no").is_in(unused_lines.implode()) | c("kind").is_in(["uvi", "ray"])
+                         & ~member)
+        self._messages(msgs)
+        self._traceback_events(df.filter(member))
+
+        other = (c("kind") == "other") & ~member
+        noise = df.filter(other & c("noise").is_not_null())
+        for name, n in noise.group_by("noise").agg(c("nlines").sum()).iter_rows():
+            self.noise[name] = self.noise.get(name, 0) + int(n)
+        ctx.counts.skipped += int(noise["nlines"].sum())
+        parsed = df.filter(~other & (c("kind") != "cut"))
+        ctx.counts.parsed += int(parsed["nlines"].sum())
+        self.bad_utf8_kept += int(parsed["bad_utf8"].sum())
+        ts = parsed["ts_ns"].drop_nulls()
+        if ts.len():
+            lo, hi = int(ts.min()), int(ts.max())
+            self.first_ns = lo if self.first_ns is None else min(self.first_ns, lo)
+            self.last_ns = hi if self.last_ns is None else max(self.last_ns, hi)
+        self._rejects(df.filter((other & c("noise").is_null()) | (c("kind") == "cut")))
+
+    def _join_wrapped(self, df: pl.DataFrame) -> pl.DataFrame:
+        """Join the pieces of lines hard-wrapped by a terminal copy to their record.
+
+        A piece is a line with no envelope, prefix or known noise whose previous physical line is exactly as
+        long as the terminal width; the widths are those (≥ 60 characters) that precede two or more such lines.
+        Pieces are joined (without separator: the wrap cuts anywhere) only to a record or a noise line.
+        Everything is computed on the few candidate lines and their predecessors, never on the whole frame.
+        """
+        cand = (c("noise").is_null() & ~c("msg").str.contains(P.TB_HEAD.regex)
+                & ~c("msg").str.contains(P.TB_FRAME.regex) & (c("pfx").str.len_bytes() == 0))
+        other = (df["kind"] == "other").arg_true().cast(pl.Int64)
+        cidx = other.filter(df.select("noise", "msg", "pfx").gather(other).select(cand).to_series())
+        cidx = cidx.filter(cidx > 0)
+        if cidx.len() < 2:
+            return df
+        plen = df["text"].gather(cidx - 1).str.len_chars().cast(pl.Int64)
+        cands = pl.DataFrame({"i": cidx, "plen": plen})
+        widths = cands.filter(c("plen") >= 60).group_by("plen").len().filter(c("len") >= 2)["plen"]
+        if widths.len() == 0:
+            return df
+        chain = cands.filter(c("plen").is_in(widths.implode()))["i"]
+        # Consecutive pieces form one run; the line before a run is its head.
+        runs = pl.DataFrame({"i": chain}).with_columns((c("i") != c("i").shift(1) + 1).fill_null(True).cum_sum().alias("run"))
+        heads = runs.group_by("run", maintain_order=True).agg((c("i").first() - 1).alias("h"), c("i").alias("pieces"))
+        head_rows = df.select("kind", "noise", "msg").gather(heads["h"])
+        ok = ((head_rows["kind"] != "other") | head_rows["noise"].is_not_null()).to_list()
+        heads = heads.with_columns(pl.Series("ok", ok), head_rows["msg"].alias("hmsg")).filter(c("ok"))
+        if heads.height == 0:
+            return df
+        piece_idx = heads["pieces"].explode()
+        texts = (heads.select("run", "pieces").explode("pieces")
+                 .with_columns(df["text"].gather(piece_idx).alias("t"))
+                 .group_by("run", maintain_order=True).agg(c("t").str.join(""), pl.len().alias("n")))
+        heads = heads.join(texts, on="run", maintain_order="left")
+        h = heads["h"]
+        msg = df["msg"].scatter(h, heads.select(pl.concat_str([c("hmsg"), c("t")])).to_series())
+        nlines = df["nlines"].scatter(h, (heads["n"] + 1).cast(pl.Int32))
+        keep = pl.repeat(True, df.height, eager=True).scatter(piece_idx, False)
+        return df.with_columns(msg, nlines).filter(keep)
+
+    def _timestamps(self, df: pl.DataFrame) -> pl.Series:
+        """ts_ns of every row: vLLM records through the WallClock, Ray/KServe records from their full dates, the
+        rest (uvicorn, tracebacks, noise) inherit the previous timed record's time."""
+        t = df.select(
+            c("md").str.slice(0, 2).cast(pl.Int64, strict=False).alias("mo"),
+            c("md").str.slice(3, 2).cast(pl.Int64, strict=False).alias("d"),
+            c("hms").str.slice(0, 2).cast(pl.Int64, strict=False).alias("h"),
+            c("hms").str.slice(3, 2).cast(pl.Int64, strict=False).alias("mi"),
+            c("hms").str.slice(6, 2).cast(pl.Int64, strict=False).alias("s"),
+            c("ms").cast(pl.Int64, strict=False).alias("ms"),
+            pl.coalesce(c("rdate"), c("wdate")).alias("fd"), pl.coalesce(c("rms"), c("wms")).alias("fms"),
+            c("line_no"), c("kind"))
+        if self.clock is None and t["mo"].is_not_null().any():
+            self._choose_year(t)
+        if self.clock is not None:
+            vts = self.clock.epoch_ns(t, "mo", "d", "h", "mi", "s", "ms")
+        else:
+            vts = pl.repeat(None, t.height, dtype=pl.Int64, eager=True)
+        fts = pl.repeat(None, t.height, dtype=pl.Int64, eager=True)
+        if t["fd"].is_not_null().any():
+            f = t.select(*[c("fd").str.slice(a, n).cast(pl.Int64, strict=False).alias(k) for k, a, n in
+                           (("y", 0, 4), ("mo", 5, 2), ("d", 8, 2), ("h", 11, 2), ("mi", 14, 2), ("s", 17, 2))],
+                         c("fms").cast(pl.Int64, strict=False).alias("ms"))
+            fts = full_date_ns(f, "y", "mo", "d", "h", "mi", "s", "ms", self.tz)
+        ts = vts.fill_null(fts)
+        filled = ts.forward_fill()
+        if self.last_ts is not None:
+            filled = filled.fill_null(self.last_ts)
+        if filled.len() and filled[-1] is not None:
+            self.last_ts = int(filled[-1])
+        return filled
+
+    def _choose_year(self, t: pl.DataFrame) -> None:
+        r = t.filter(c("mo").is_not_null()).row(0, named=True)
+        first = Local(r["mo"], r["d"], r["h"] or 0, r["mi"] or 0, r["s"] or 0)
+        in_file = None
+        full = t.filter(c("fd").is_not_null())
+        if full.height:
+            fr = full.row(0, named=True)
+            fd = fr["fd"]
+            try:
+                y = int(fd[:4])
+                ref = Local(int(fd[5:7]), int(fd[8:10]), int(fd[11:13]), int(fd[14:16]), int(fd[17:19])).in_year(y, self.tz)
+            except ValueError:
+                ref = None
+            if ref is not None:
+                cands = [(abs(first.in_year(k, self.tz) - ref), k) for k in (y - 1, y, y + 1)
+                         if first.in_year(k, self.tz) is not None]
+                what = "Ray" if fr["kind"] == "ray" else "KServe"
+                in_file = (min(cands)[1], f"{what} line {fr['line_no']}: {fd}")
+        with self.writer.lock:  # the store is read while the writer thread may be appending
+            year, note = choose_year(self.con, self.sid, first, option_year=getattr(self.ctx.options, "year", None),
+                                     in_file=in_file, mtime_ns=file_mtime_ns(self.ctx.path), tz=self.tz)
+        self.clock = WallClock(year, self.tz)
+        self.year_note = note
+
+    # .. writers ...........................................................................................
+    def _stats(self, sub: pl.DataFrame) -> pl.Series | None:
+        if sub.height == 0:
+            return None
+        base = [c("line_no"), c("ts_ns"), c("process")]
+        g0 = sub.select(*base, c("msg").str.extract_groups(P.STATS_V0.regex).alias("g")).unnest("g")
+        v0 = g0.filter(c("prompt").is_not_null())
+        rest = sub.filter(~c("line_no").is_in(v0["line_no"].implode()))
+        g1 = rest.select(*base, c("msg").str.extract_groups(P.STATS_V1.regex).alias("g")).unnest("g")
+        v1 = g1.filter(c("prompt").is_not_null())
+        if v0.height:
+            self._emit("engine_stats", v0.select(
+                *base, _num(c("prompt")).alias("prompt_throughput_tps"), _num(c("gen")).alias("generation_throughput_tps"),
+                _int(c("running")).alias("running_reqs"), _int(c("swapped")).alias("swapped_reqs"),
+                _int(c("pending")).alias("waiting_reqs"), _num(c("gpu_kv")).alias("gpu_kv_cache_usage_pct"),
+                _num(c("cpu_kv")).alias("cpu_kv_cache_usage_pct")))
+        if v1.height:
+            self._emit("engine_stats", v1.select(
+                *base, _int(c("engine")).alias("engine_index"), _int(c("n_engines")).alias("engines_aggregated"),
+                _num(c("prompt")).alias("prompt_throughput_tps"), _num(c("gen")).alias("generation_throughput_tps"),
+                _int(c("running")).alias("running_reqs"), _int(c("waiting")).alias("waiting_reqs"),
+                _int(c("deferred")).alias("deferred_reqs"), _int(c("preemptions")).alias("preemptions"),
+                _num(c("gpu_kv")).alias("gpu_kv_cache_usage_pct"), _num(c("hit")).alias("prefix_cache_hit_rate_pct"),
+                _int(c("corrupted")).alias("corrupted_reqs"),
+                _num(c("ext_hit")).alias("external_prefix_cache_hit_rate_pct"),
+                _num(c("mm_hit")).alias("mm_cache_hit_rate_pct")))
+        self.saw_stats["V0"] += v0.height
+        self.saw_stats["V1"] += v1.height
+        return g1.filter(c("prompt").is_null())["line_no"]
+
+    def _prefix_hits(self, sub: pl.DataFrame) -> pl.Series | None:
+        if sub.height == 0:
+            return None
+        g = (sub.select(c("line_no"), c("ts_ns"), c("process"),
+                        c("msg").str.extract_groups(P.PREFIX_HIT_V0.regex).alias("g")).unnest("g"))
+        ok = g.filter(c("gpu").is_not_null())
+        self._emit("engine_stats", ok.select(
+            c("line_no"), c("ts_ns"), c("process"), _num(c("gpu")).alias("prefix_cache_hit_rate_pct"),
+            _num(c("cpu")).alias("cpu_prefix_cache_hit_rate_pct")))
+        return g.filter(c("gpu").is_null())["line_no"]
+
+    def _received(self, sub: pl.DataFrame) -> pl.Series | None:
+        """Received lines: id, prompt length (number of prompt_token_ids), sampling params, max_tokens.
+
+        These lines are most of a log's bytes (a prompt and its token ids, up to ~10 kB each), so the fields are
+        located with literal searches (`received_prompt_token_ids` / `received_params` give the format) and cut
+        out as byte slices; only lines where that does not give a well-formed params repr fall back to the regex.
+        """
+        if sub.height == 0:
+            return None
+        m = c("msg")
+        g = sub.select(c("line_no"), c("ts_ns"), m, m.str.extract(P.RECV_ID.regex, 1).alias("request_id"),
+                       m.str.find("prompt_token_ids: ", literal=True).alias("_i"),
+                       m.str.find("params: ", literal=True).alias("_p"),
+                       m.str.find(", lora_request: ", literal=True).alias("_l"))
+        b = m.cast(pl.Binary)
+        tail = pl.when(c("_i").is_not_null()).then(b.bin.slice(c("_i") + 18).cast(pl.String))
+        end = pl.coalesce(c("_i") - 2, c("_l"))
+        params = pl.when(c("_p").is_not_null() & (end > c("_p"))).then(
+            b.bin.slice(c("_p") + 8, end - c("_p") - 8).cast(pl.String))
+        g = g.with_columns(tail.alias("_t"), params.alias("params"))
+        ids = pl.when(c("_t").str.starts_with("[")).then(c("_t").str.slice(0, c("_t").str.find("]", literal=True) + 1))
+        ok_params = (c("params").str.slice(0, 48).str.contains(P.PARAMS_HEAD.regex) & c("params").str.ends_with(")")) | (
+            c("params") == "None")
+        g = g.with_columns(ids.alias("ids"), ok_params.fill_null(False).alias("_okp"))
+        if not g["_okp"].all():
+            g = g.with_columns(pl.when(c("_okp")).then(c("params")).otherwise(m.str.extract(P.RECV_PARAMS.regex, 1))
+                               .alias("params"))
+        ok = g.filter(c("request_id").is_not_null()).select(
+            c("line_no"), c("ts_ns"), c("request_id"), c("params"),
+            pl.when(c("ids").is_null() | (c("ids") == "[]")).then(None)
+            .otherwise(c("ids").str.count_matches(",") + 1).cast(pl.Int32).alias("prompt_tokens"),
+            c("params").str.extract(P.MAX_TOKENS.regex, 1).cast(pl.Int32, strict=False).alias("max_tokens"))
+        self._emit("request_events", ok.select(c("line_no"), c("request_id"), pl.lit("received").alias("event"),
+                                                   c("ts_ns")))
+        # The request row itself, written now (its params are most of its bytes); finish time, status and
+        # request_index come from the lifecycle events at the end of the file.
+        endpoint = (pl.when(c("request_id").str.starts_with("chatcmpl-")).then(pl.lit("chat_completions"))
+                    .when(c("request_id").str.starts_with("cmpl-")).then(pl.lit("completions")))
+        self._emit("requests", ok.select(
+            c("line_no"), c("request_id"), c("request_id").alias("server_request_id"), pl.lit("vllm").alias("engine"),
+            pl.lit("server").alias("kind"), c("ts_ns").alias("arrival_ns"), c("prompt_tokens"), c("max_tokens"),
+            endpoint.alias("endpoint"), c("params")))
+        return g.filter(c("request_id").is_null())["line_no"]
+
+    def _lifecycle(self, sub: pl.DataFrame) -> pl.Series | None:
+        """Added / Finished / Aborted lines. The id is cut at the fixed offset after the verb; a line where that
+        does not give one clean id goes through the `lifecycle` regex instead (and, failing that, is a message)."""
+        if sub.height == 0:
+            return None
+        m = c("msg")
+        verb = (pl.when(m.str.starts_with("Added request ")).then(pl.lit("added"))
+                .when(m.str.starts_with("Finished request ")).then(pl.lit("finished")).otherwise(pl.lit("aborted")))
+        off = pl.when(m.str.starts_with("Added request ")).then(14).when(m.str.starts_with("Finished request ")).then(17) \
+            .otherwise(16)
+        g = sub.select(c("line_no"), c("ts_ns"), m, verb.alias("event"),
+                       m.str.slice(off).str.strip_chars_end().str.strip_suffix(".").alias("rid"))
+        clean = ((c("rid").str.len_bytes() > 0) & ~c("rid").str.contains(" ", literal=True)
+                 & ~c("rid").str.contains("\t", literal=True))
+        if not g.select(clean.all()).item():
+            rx = g.select(m.str.extract_groups(P.LIFECYCLE.regex).alias("x")).unnest("x")
+            g = g.with_columns(pl.when(clean).then(c("rid")).otherwise(rx["rid"]).alias("rid"),
+                               pl.when(clean).then(c("event")).otherwise(rx["event"].str.to_lowercase()).alias("event"))
+        ok = g.filter(c("rid").is_not_null())
+        self.suffixed = self.suffixed or bool(ok["rid"].str.contains(P.ENGINE_SUFFIX.regex).any())
+        self._emit("request_events", ok.select(c("line_no"), c("rid").alias("request_id"), c("event"), c("ts_ns")))
+        return g.filter(c("rid").is_null())["line_no"]
+
+    def _messages(self, rows: pl.DataFrame) -> None:
+        if rows.height == 0:
+            return
+        m = c("msg")
+        starts = m.str.starts_with
+        is_cfg = c("kind").is_in(["rec", "ks"]) & (
+            starts("vLLM API server version") | starts("Initializing a") | starts("Chunked prefill is enabled with")
+            | starts("GPU KV cache size: ") | starts("# ") | starts("Using max model len") | starts("args: Namespace(")
+            | starts("non-default args: ") | m.str.contains("num_gpu_blocks is", literal=True))
+        rows = rows.with_columns(is_cfg.alias("_cfg"))
+        self.config.add(rows.filter(c("_cfg")).select("line_no", "msg"))
+        rows = rows.with_columns(_access(rows))
+        lvl = c("lvl")
+        kind = (pl.when(c("method").is_not_null()).then(pl.lit("access"))
+                .when(lvl.is_in(["ERROR", "CRITICAL"])).then(pl.lit("error"))
+                .when(lvl == "WARNING").then(pl.lit("warning"))
+                .when(c("_cfg")).then(pl.lit("startup"))
+                .otherwise(pl.lit("message")))
+        self._emit("log_events", rows.select(
+            c("line_no"), c("nlines").alias("line_count"), c("ts_ns"), lvl.alias("level"), c("process"),
+            kind.alias("kind"), m.str.slice(0, MSG_MAX).alias("message"), c("method").alias("http_method"),
+            c("path").alias("http_path"), _int(c("status")).cast(pl.Int32).alias("http_status")))
+
+    def _traceback_events(self, rows: pl.DataFrame) -> None:
+        if rows.height == 0:
+            return
+        ev = (rows.group_by("tb_event", maintain_order=True).agg(
+            c("line_no").min(), c("nlines").sum().alias("line_count"), c("ts_ns").drop_nulls().first(),
+            c("lvl").drop_nulls().first().alias("level"), c("process").drop_nulls().first(),
+            c("msg").filter(c("_fx")).last().alias("exc"), c("msg").str.join("\n").alias("text")))
+        msg = pl.when(c("exc").is_not_null()).then(pl.concat_str([c("exc"), pl.lit("\n"), c("text")])).otherwise(c("text"))
+        self._emit("log_events", ev.select(
+            c("line_no"), c("line_count").cast(pl.Int32), c("ts_ns"), pl.coalesce(c("level"), pl.lit("ERROR")).alias("level"),
+            c("process"), pl.lit("traceback").alias("kind"), msg.str.slice(0, MSG_MAX).alias("message")))
+
+    def _rejects(self, rows: pl.DataFrame) -> None:
+        if rows.height == 0:
+            return
+        cut = self.ctx.input.cut_error or ""
+        reason = (pl.when(c("kind") == "cut").then(pl.lit(f"{cut}; the last line is incomplete"))
+                  .when(c("bad_utf8")).then(pl.lit("invalid UTF-8 (decoded with U+FFFD) in a line that is no vLLM, "
+                                                   "uvicorn or Ray record"))
+                  .when(c("msg").str.contains(P.STATS_FRAGMENT.regex)).then(pl.lit(
+                      "fragment of a stats line without its envelope (torn write or pasted fragment)"))
+                  .when(c("msg").str.contains(P.TORN_NCCL.regex)).then(pl.lit(
+                      "torn piece of an NCCL line (its write was split by another process's output)"))
+                  .when(c("msg").str.contains(P.TORN_SHORT.regex)).then(pl.lit(
+                      "torn fragment: a few characters of an interleaved write"))
+                  .otherwise(pl.lit("unrecognised line: no vLLM, uvicorn or Ray envelope and not known noise "
+                                    "(torn write or foreign output)")))
+        self._emit("rejects", rows.select(c("line_no"), reason.alias("reason"), c("text").str.slice(0, 2048).alias("raw")))
+
+    # .. buffered writes ...................................................................................
+    def _emit(self, table: str, rows: pl.DataFrame) -> None:
+        """Queue rows for `table`; they go to DuckDB in batches of about FLUSH_ROWS, from the writer thread (one
+        INSERT per batch instead of one per frame and kind; memory stays bounded; parsing goes on meanwhile)."""
+        if rows.height == 0:
+            return
+        # As Arrow: a compact copy, so the queued rows do not keep whole 32 MB frames alive through string views.
+        buf = self.buffers.setdefault(table, [])
+        buf.append(rows.to_arrow())
+        if sum(b.num_rows for b in buf) >= FLUSH_ROWS:
+            self._flush(table)
+
+    def _flush(self, table: str | None = None) -> None:
+        for t in [table] if table else list(self.buffers):
+            buf = self.buffers.pop(t, [])
+            if buf:
+                self.writer.put(t, pa.concat_tables(buf, promote_options="default"))
+
+    # .. the end of the file ...............................................................................
+    def _finish(self) -> None:
+        ctx, con, sid = self.ctx, self.con, self.sid
+        self._flush()
+        self.writer.close()
+        if ctx.counts.parsed:
+            self._requests()
+        extra = pl.DataFrame({"line_no": [None], "key": ["engine"], "value": ["vllm"], "origin": ["parser"], "rank": [0]})
+        if self.saw_stats["V0"] or self.saw_stats["V1"]:
+            ev = "V1" if self.saw_stats["V1"] >= self.saw_stats["V0"] else "V0"
+            extra = pl.concat([extra, pl.DataFrame({"line_no": [None], "key": ["engine_version"], "value": [ev],
+                                                    "origin": ["stats line format"], "rank": [5]})])
+        if ctx.counts.parsed:
+            ctx.write("engine_config", self.config.rows(extra.cast({"line_no": pl.Int64, "rank": pl.Int32})))
+        ctx.raw_bytes = self.raw_bytes
+        ctx.first_ns, ctx.last_ns = self.first_ns, self.last_ns
+        zone = f"zone {self.tz} (--tz)"
+        if self.year_note is None:
+            ctx.set_clock("log_wallclock", f"no MM-DD HH:MM:SS timestamps read; {zone}")
+        else:
+            ctx.set_clock("log_wallclock", f"{self.year_note}; {zone}; 1 s resolution, file order breaks ties")
+        if ctx.input.cut_error:
+            ctx.notes.append(f"{ctx.input.cut_error}: read up to the cut, last line rejected")
+        if self.noise:
+            ctx.notes.append("skipped as noise: " + ", ".join(f"{n:,} {k.replace('_', ' ')}" for k, n in
+                                                               sorted(self.noise.items(), key=lambda x: -x[1])))
+        if self.bad_utf8_kept:
+            ctx.notes.append(f"{self.bad_utf8_kept} line(s) with invalid UTF-8 read with U+FFFD replacement")
+
+    def _requests(self) -> None:
+        """One `requests` row per request id, from its lifecycle events (Received, else Added, gives the arrival)."""
+        con, sid = self.con, self.sid
+        # 2026: the engine-side id is the API id plus `-` and 8 hex digits; fold it back onto the API id.
+        if self.suffixed:
+            con.execute(
+                "UPDATE request_events SET detail = 'engine_request_id=' || request_id, "
+                "request_id = regexp_extract(request_id, $2, 1) "
+                "WHERE source_id = $1 AND event <> 'received' AND regexp_matches(request_id, $2) AND ("
+                "  regexp_extract(request_id, $2, 1) IN "
+                "    (SELECT request_id FROM request_events WHERE source_id = $1 AND event = 'received')"
+                "  OR regexp_matches(request_id, $3))", [sid, P.ENGINE_SUFFIX.regex, P.ENGINE_ID_2026.regex])
+        # Requests seen only through lifecycle lines (request logging off, or a log that starts mid-run).
+        con.execute("""
+            INSERT INTO requests (source_id, line_no, request_id, server_request_id, engine, kind, arrival_ns, endpoint)
+            SELECT $1, min(line_no), request_id, request_id, 'vllm', 'server',
+                   arg_min(ts_ns, line_no) FILTER (WHERE event = 'added'),
+                   CASE WHEN request_id LIKE 'chatcmpl-%' THEN 'chat_completions'
+                        WHEN request_id LIKE 'cmpl-%' THEN 'completions' END
+            FROM request_events e WHERE source_id = $1 AND event <> 'received'
+              AND NOT EXISTS (SELECT 1 FROM requests r WHERE r.source_id = $1 AND r.request_id = e.request_id)
+            GROUP BY request_id""", [sid])
+        # The same id received twice (a client reusing X-Request-Id): keep the first.
+        dup = con.execute("SELECT count(*) - count(DISTINCT request_id) FROM requests WHERE source_id = $1", [sid]).fetchone()[0]
+        if dup:
+            con.execute("""DELETE FROM requests r WHERE source_id = $1 AND line_no > (
+                               SELECT min(line_no) FROM requests q WHERE q.source_id = $1 AND q.request_id = r.request_id)""",
+                        [sid])
+        con.execute("""
+            UPDATE requests r SET request_index = f.request_index, finish_ns = f.fin_ns,
+                   status = CASE WHEN f.aborted THEN 'aborted' WHEN f.finished THEN 'ok' END,
+                   line_no = least(r.line_no, f.first_line)
+            FROM (SELECT q.request_id, coalesce(least(q.line_no, e.first_line), q.line_no) AS first_line,
+                         (row_number() OVER (ORDER BY coalesce(least(q.line_no, e.first_line), q.line_no)) - 1)::INTEGER
+                             AS request_index,
+                         e.fin_ns, coalesce(e.aborted, false) AS aborted, coalesce(e.finished, false) AS finished
+                  FROM requests q LEFT JOIN (
+                      SELECT request_id, min(line_no) AS first_line,
+                             arg_min(ts_ns, line_no) FILTER (WHERE event = 'finished') AS fin_ns,
+                             bool_or(event = 'aborted') AS aborted, bool_or(event = 'finished') AS finished
+                      FROM request_events WHERE source_id = $1 GROUP BY request_id) e USING (request_id)
+                  WHERE q.source_id = $1) f
+            WHERE r.source_id = $1 AND r.request_id = f.request_id""", [sid])
+
+
+# -- frame-level classification (pure functions of the frame) --------------------------------------------------
+
+def _noise(df: pl.DataFrame) -> pl.Series:
+    """Known-noise category of each line without an envelope (NULL for records and for unknown lines)."""
+    out = pl.repeat(None, df.height, dtype=pl.String, eager=True).alias("noise")
+    idx = (df["kind"] == "other").arg_true()
+    if idx.len() == 0:
+        return out
+    m = c("msg")
+    cat = (pl.when(m.str.contains(P.NOISE_BLANK.regex)).then(pl.lit("blank"))
+           .when(m.str.contains(P.NOISE_NCCL.regex)).then(pl.lit("nccl"))
+           .when(m.str.contains(P.NOISE_TQDM.regex)).then(pl.lit("tqdm"))
+           .when(m.str.contains(P.NOISE_SHELL.regex)).then(pl.lit("shell"))
+           .when(m.str.contains(P.NOISE_PYWARN.regex)).then(pl.lit("python_warning"))
+           .when(m.str.contains(P.NOISE_TORCH_LOG.regex)).then(pl.lit("torch_log"))
+           .when(m.str.contains(P.NOISE_RAY_CORE.regex)).then(pl.lit("ray_core"))
+           .when(c("text").str.contains(P.NOISE_SHELL_CONT.regex) | c("_prev_cont")).then(pl.lit("shell"))
+           .otherwise(None))
+    prev_cont = c("text").shift(1).str.contains(P.NOISE_SHELL_CONT.regex).fill_null(False)
+    sub = df.select(m, c("text"), prev_cont.alias("_prev_cont")).gather(idx)
+    vals = sub.select(cat).to_series()
+    return out.scatter(idx, vals)
+
+
+_HTTP_METHODS = ["GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH"]
+
+
+def _access(rows: pl.DataFrame) -> list[pl.Series]:
+    """method, path, status of uvicorn access lines (`client - "METHOD path HTTP/v" status reason`): cut at the
+    ` - "` separator and split on spaces; lines that do not split cleanly go through the `uvicorn_access` regex."""
+    m = c("msg")
+    q = m.str.find(' - "', literal=True)
+    parts = (pl.when((c("kind") == "uvi") & q.is_not_null()).then(m.str.slice(q + 4).str.split_exact(" ", 3))
+             .alias("s"))
+    g = rows.select(m, c("kind"), parts).unnest("s")
+    ok = (c("field_0").is_in(_HTTP_METHODS) & c("field_1").is_not_null() & c("field_2").str.starts_with("HTTP/")
+          & (c("field_3").str.len_bytes() == 3) & c("field_3").cast(pl.Int32, strict=False).is_not_null())
+    g = g.with_columns(ok.fill_null(False).alias("_ok"))
+    if not g.filter((c("kind") == "uvi") & ~c("_ok") & c("msg").str.contains(' - "', literal=True)).is_empty():
+        rx = g.select(pl.when(c("kind") == "uvi").then(m.str.extract_groups(P.ACCESS.regex)).alias("x")).unnest("x")
+        g = g.with_columns(pl.when(c("_ok")).then(c("field_0")).otherwise(rx["method"]).alias("field_0"),
+                           pl.when(c("_ok")).then(c("field_1")).otherwise(rx["path"]).alias("field_1"),
+                           pl.when(c("_ok")).then(c("field_3")).otherwise(rx["status"]).alias("field_3"),
+                           (c("_ok") | rx["method"].is_not_null()).alias("_ok"))
+    g = g.select(pl.when(c("_ok")).then(c("field_0")).alias("method"), pl.when(c("_ok")).then(c("field_1")).alias("path"),
+                 pl.when(c("_ok")).then(c("field_3")).alias("status"))
+    return [g["method"], g["path"], g["status"]]
+
+
+def _prev(name: str) -> pl.Expr:
+    return c(name).shift(1).over("_st")
+
+
+def _next(name: str) -> pl.Expr:
+    return c(name).shift(-1).over("_st")
+
+
+_TB_HELPERS = ["_st", "_fh", "_ffile", "_ff", "_fp", "_fc", "_fe", "_fb", "_hk", "_run", "_lg", "_lgev", "_rp", "_rs",
+               "_rs0", "_rev"]
+
+
+def _tracebacks(df: pl.DataFrame) -> pl.DataFrame:
+    """`tb_event` (line of the event's first line) for every line that belongs to a traceback; one event per traceback.
+
+    Logged tracebacks (`logger.exception`) repeat the record's prefix on every line: a run of records with the
+    same level, time and location in one process stream that contains a traceback head or frame is one event,
+    starting at its message line. Raw tracebacks (multiprocessing, CLI exit) have only the process prefix: a run
+    of traceback-shaped lines (`Process X:`, `Traceback …`, frames, code and marker lines, the exception line)
+    in one stream. Either must contain a `Traceback` head or a `File "…"` frame.
+    """
+    m = c("msg")
+    body = c("kind").is_in(["rec", "ks", "other"])
+    fh = body & m.str.contains(P.TB_HEAD.regex)
+    ffile = body & m.str.starts_with('  File "')
+    if not df.select((fh | ffile).any()).item():
+        return df.with_columns(pl.lit(None, pl.Int64).alias("tb_event"), pl.lit(False).alias("_fx"))
+    is_rec = c("kind").is_in(["rec", "ks"])
+    is_raw = c("kind") == "other"
+    hk = pl.when(is_rec).then(c("env")).otherwise(pl.lit("~raw"))
+    df = df.with_columns(pl.coalesce(c("pfx"), pl.lit("")).alias("_st"), fh.alias("_fh"), ffile.alias("_ffile"),
+                         (body & m.str.contains(P.TB_FRAME.regex)).alias("_ff"),
+                         (is_raw & m.str.contains(P.TB_PROCESS.regex)).alias("_fp"),
+                         (body & m.str.contains(P.TB_CHAIN.regex)).alias("_fc"),
+                         (body & m.str.contains(P.TB_EXC.regex)).alias("_fe"),
+                         (body & m.str.contains(P.NOISE_BLANK.regex)).alias("_fb"), hk.alias("_hk"))
+    df = df.with_columns((c("_hk") != _prev("_hk")).fill_null(True).cum_sum().over("_st").alias("_run"),
+                         (c("_fe") & _prev("_ff").fill_null(False)).alias("_fx"))
+    df = df.with_columns((is_rec & (c("_fh") | c("_ffile")).any().over(["_st", "_run"])).alias("_lg"),
+                         c("line_no").first().over(["_st", "_run"]).alias("_lgev"))
+    f = lambda e: e.fill_null(False)  # noqa: E731
+    raw_piece = is_raw & (c("_fh") | c("_ff") | c("_fc") | c("_fx") | (c("_fp") & f(_next("_fh")))
+                          | (c("_fb") & f(_prev("_fx")) & f(_next("_fc"))) | (c("_fb") & f(_prev("_fc")) & f(_next("_fh"))))
+    df = df.with_columns(raw_piece.alias("_rp"))
+    df = df.with_columns((c("_rp") & (~f(_prev("_rp")) | (c("_fh") & ~(f(_prev("_fp")) | f(_prev("_fc")) | f(_prev("_fb"))))))
+                         .alias("_rs"))
+    df = df.with_columns(pl.when(c("_rs")).then(c("line_no")).alias("_rs0"))
+    df = df.with_columns(pl.when(c("_rp")).then(c("_rs0").forward_fill().over("_st")).alias("_rev"))
+    valid_raw = (c("_fh") | c("_ffile")).any().over("_rev")
+    ev = pl.when(c("_lg")).then(c("_lgev")).when(c("_rp") & c("_rev").is_not_null() & valid_raw).then(c("_rev"))
+    return df.with_columns(ev.alias("tb_event")).drop([h for h in _TB_HELPERS if h != "_st"]).drop("_st")
+
+
+def _python_warning_tails(df: pl.DataFrame) -> pl.DataFrame:
+    """The lines after a Python `warnings` message in the same process stream (its further text lines and the
+    `  warnings.warn(` source line) are noise too: an unknown line whose nearest earlier line of the same stream
+    (looking back at most 6 physical lines) is such a warning line; chains of at most three."""
+    pw = (df["noise"] == "python_warning").fill_null(False)
+    if not pw.any():
+        return df
+    cand = ((df["kind"] == "other") & df["noise"].is_null() & df["tb_event"].is_null()).arg_true().cast(pl.Int64)
+    if cand.len() == 0:
+        return df
+    pfx = df["pfx"].fill_null("")
+    mine = pfx.gather(cand)
+    for _ in range(3):
+        found = pl.repeat(None, cand.len(), dtype=pl.Boolean, eager=True)
+        for k in range(1, 7):
+            j = (cand - k).clip(0)
+            same = (pfx.gather(j) == mine) & (cand - k >= 0)
+            found = pl.select(pl.when(found.is_null() & same).then(pw.gather(j)).otherwise(found)).to_series()
+        hit = found.fill_null(False)
+        if not hit.any():
+            break
+        pw = pw.scatter(cand.filter(hit), True)
+    noise = df["noise"].scatter(cand.filter(pw.gather(cand)), "python_warning")
+    return df.with_columns(noise)
+
+
+def _patch(df: pl.DataFrame, mask: pl.Series, col: str, expr: pl.Expr) -> pl.DataFrame:
+    """`col` recomputed with `expr` on the rows where `mask` holds only (the rest is not touched, nor scanned)."""
+    idx = mask.arg_true()
+    if idx.len() == 0:
+        return df
+    new = df.select(col).gather(idx).select(expr).to_series()
+    return df.with_columns(df[col].scatter(idx, new))
+
+
+class _Writer:
+    """Appends batches to DuckDB from one background thread, in order, on the parse's own connection (so inside
+    its transaction). DuckDB releases the GIL while it inserts, so the next frame is parsed meanwhile. An error
+    in the thread is raised again in the parser's thread at the next `put` or at `close`."""
+
+    def __init__(self, ctx: ParseContext, depth: int = 4):
+        self.ctx = ctx
+        self.lock = threading.Lock()
+        self.q: queue.Queue = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+
+    def _loop(self) -> None:
+        while True:
+            item = self.q.get()
+            if item is None:
+                return
+            if self.error is not None:
+                continue  # drain without writing after a failure
+            table, data = item
+            try:
+                with self.lock:
+                    if table == "rejects":
+                        self.ctx.write_rejects(data)
+                    else:
+                        self.ctx.write(table, data)
+            except BaseException as e:
+                self.error = e
+
+    def put(self, table: str, data: pa.Table) -> None:
+        if self.error is not None:
+            raise self.error
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._loop, name="vllm-log-writer", daemon=True)
+            self.thread.start()
+        self.q.put((table, data))
+
+    def close(self, wait: bool = True) -> None:
+        """Wait for every queued batch (re-raising a failure); with wait=False only stop the thread."""
+        if self.thread is not None:
+            if not wait:
+                self.error = self.error or RuntimeError("parse stopped")
+            self.q.put(None)
+            self.thread.join()
+            self.thread = None
+        if wait and self.error is not None:
+            raise self.error
+
+
+def _prefetch(frames: Iterator[pl.DataFrame], depth: int = 2) -> Iterator[pl.DataFrame]:
+    """Read and split the next frames in a background thread while this one is parsed (numpy, Arrow and polars
+    release the GIL, so reading overlaps parsing on a second core). At most `depth` frames wait in memory."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for f in frames:
+                while not stop.is_set():
+                    try:
+                        q.put(f, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(done)
+        except BaseException as e:  # handed to the consumer, which raises it in the parser's thread
+            q.put(e)
+
+    t = threading.Thread(target=produce, name="vllm-log-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        t.join()
+
+
+def _envelope(df: pl.DataFrame) -> pl.DataFrame:
+    """The `_COLS` envelope columns, `kind` (rec / ray / uvi / ks / other) and `msg` for every line of a frame.
+
+    Most lines are plain vLLM records: one capture-free regex (`head_fast`) finds their envelope and the fields
+    are cut from it at fixed offsets. The others (uvicorn, Ray, docker-compose, KServe, unknown) go through the
+    full `head` regex with named groups. The two parts are put back in file order.
+    """
+    head = df.select(c("text").str.extract(P.HEAD_FAST.regex, 0)).to_series()
+    fast_mask = head.is_not_null()
+    parts = []
+    if fast_mask.any():
+        fast = df.filter(fast_mask).with_columns(head.filter(fast_mask).alias("head"))
+        pfx = pl.when(c("head").str.starts_with("(")).then(c("head").str.extract(P.PFX.regex, 0)).otherwise(pl.lit(""))
+        fast = fast.with_columns(pfx.alias("pfx")).with_columns(c("head").str.slice(c("pfx").str.len_chars()).alias("env"))
+        sp = c("env").str.find(" ", literal=True)
+        fast = fast.with_columns(
+            c("env").str.slice(0, sp).alias("level"), c("env").str.slice(sp + 1, 5).alias("md"),
+            c("env").str.slice(sp + 7, 8).alias("hms"),
+            pl.when(c("env").str.slice(sp + 15, 1) == ".").then(c("env").str.slice(sp + 16, 3)).alias("ms"),
+            *[pl.lit(None, pl.String).alias(k) for k in _COLS if k not in ("head", "pfx", "env", "level", "md", "hms", "ms")])
+        parts.append(fast.with_columns(pl.lit("rec").alias("kind")))
+    if not fast_mask.all():
+        slow = df.filter(~fast_mask)
+        slow = slow.with_columns(c("text").str.extract_groups(P.HEAD.regex).alias("_h")).unnest("_h")
+        kind = (pl.when(c("level").is_not_null()).then(pl.lit("rec"))
+                .when(c("rlevel").is_not_null()).then(pl.lit("ray"))
+                .when(c("ulevel").is_not_null()).then(pl.lit("uvi"))
+                .when(c("klevel").is_not_null() | c("wdate").is_not_null()).then(pl.lit("ks"))
+                .otherwise(pl.lit("other")))
+        env = pl.when(c("level").is_not_null() | c("klevel").is_not_null()).then(
+            c("head").str.slice(c("pfx").str.len_chars()))
+        slow = slow.with_columns(kind.alias("kind"), env.alias("env"))
+        parts.append(slow)
+    cols = ["line_no", "text", "bad_utf8", *_COLS, "kind"]
+    parts = [p.select(cols) for p in parts]
+    out = parts[0] if len(parts) == 1 else pl.concat(parts).sort("line_no")
+    return out.with_columns(c("text").str.slice(c("head").str.len_chars()).alias("msg"))
