@@ -12,20 +12,17 @@ pairs AS (
     SELECT s.spike_id, s.start_ns, s.end_ns, st.source_id, st.stream
     FROM spikes s JOIN trace_meta m ON s.end_ns >= m.start_ns AND s.start_ns <= m.end_ns
     JOIN streams st ON st.source_id = m.source_id),
-f0 AS (
-    SELECT p.spike_id, p.source_id, p.stream,
-           coalesce(c.cum_before_ns + c.prefill_ns * least(greatest((p.start_ns - c.start_ns)
+bounds AS (
+    -- Both ends of every gap, so the curve is read with one ASOF join.
+    SELECT spike_id, source_id, stream, start_ns AS t, -1 AS sign FROM pairs
+    UNION ALL
+    SELECT spike_id, source_id, stream, end_ns, 1 FROM pairs),
+f AS (
+    SELECT b.spike_id, b.source_id, b.stream, b.sign,
+           coalesce(c.cum_before_ns + c.prefill_ns * least(greatest((b.t - c.start_ns)
                     / greatest(c.end_ns - c.start_ns, 1), 0.0), 1.0), 0) AS f
-    FROM pairs p ASOF LEFT JOIN prefill_curve c
-      ON c.source_id = p.source_id AND c.stream = p.stream AND p.start_ns >= c.start_ns),
-f1 AS (
-    SELECT p.spike_id, p.source_id, p.stream,
-           coalesce(c.cum_before_ns + c.prefill_ns * least(greatest((p.end_ns - c.start_ns)
-                    / greatest(c.end_ns - c.start_ns, 1), 0.0), 1.0), 0) AS f
-    FROM pairs p ASOF LEFT JOIN prefill_curve c
-      ON c.source_id = p.source_id AND c.stream = p.stream AND p.end_ns >= c.start_ns),
-per_trace AS (
-    SELECT f1.spike_id, f1.source_id, sum(f1.f - f0.f) AS ns
-    FROM f1 JOIN f0 USING (spike_id, source_id, stream) GROUP BY f1.spike_id, f1.source_id)
+    FROM bounds b ASOF LEFT JOIN prefill_curve c
+      ON c.source_id = b.source_id AND c.stream = b.stream AND b.t >= c.start_ns),
+per_trace AS (SELECT spike_id, source_id, sum(sign * f) AS ns FROM f GROUP BY spike_id, source_id)
 SELECT spike_id, arg_max(source_id, ns) AS trace_source_id, CAST(round(max(ns)) AS BIGINT) AS prefill_overlap_ns
 FROM per_trace GROUP BY spike_id;

@@ -8,7 +8,6 @@ Every random choice comes from numpy generators seeded by `seed`: the same spec 
 """
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,20 +26,12 @@ VERSION = "1"
 
 
 def parse_slo(text: str | None) -> dict[str, float]:
-    """`ttft=500ms,tpot=50ms,itl=200ms` (any subset; ms or s; a bare number is ms) -> {key: ms}."""
-    out: dict[str, float] = {}
-    if not text:
-        return out
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        m = re.fullmatch(r"(ttft|tpot|itl|e2el)\s*[=:]\s*([0-9]*\.?[0-9]+)\s*(ms|s)?", item)
-        if not m:
-            raise StallscopeError(f"bad SLO {item!r}: use ttft=500ms,tpot=50ms,itl=200ms (units ms or s)")
-        v = float(m.group(2)) * (1000.0 if m.group(3) == "s" else 1.0)
-        out[m.group(1)] = v
-    return out
+    """`ttft=500ms,tpot=50ms,itl=200ms` (any subset; ms or s; a bare number is ms) -> {key: ms}.
+
+    The same grammar as `stallscope analyze --slo` (one parser for both), keyed as truth.json keys SLOs."""
+    from ..analyze import parse_slo as parse
+
+    return {k.removesuffix("_ms"): v for k, v in parse(text).as_dict().items()}
 
 
 def parse_start(text: str) -> int:
