@@ -29,7 +29,7 @@ import polars as pl
 from .base import InputFile, ParseContext, Parser
 from .logtime import check_zone, full_date_ns
 from .patterns import Pattern, Sample
-from .tgi_log import (ANSI_RX, COMPOSE_RX, MSG_MAX, RecordSplitter, clean_text, collapse, config_rows, drop_bad_utf8,
+from .logrecords import (ANSI_RX, COMPOSE_RX, MSG_MAX, RecordSplitter, clean_text, collapse, config_rows, drop_bad_utf8,
                       event_message, line_frames, looks_like_traceback, note_rows, span_of_times,
                       trim_trailing_blanks, with_body, write_config)
 
@@ -617,7 +617,8 @@ def _anchor_time_only(ctx: ParseContext, st: _State) -> str:
     other = ctx.con.execute(
         "SELECT source_id, path, first_ns FROM sources WHERE source_id <> ? AND first_ns IS NOT NULL "
         "AND coalesce(clock_method, 'none') NOT IN ('none', 'log_wallclock') ORDER BY source_id DESC LIMIT 1",
-        [ctx.source_id]).fetchone()
+        [ctx.source_id]).fetchall()
+    other = other[0] if other else None
     if other is not None:
         sid, path, first = other
         base = round((local_ns(first) - st.rel_first) / DAY_NS) * DAY_NS

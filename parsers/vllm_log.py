@@ -577,7 +577,7 @@ class _Run:
               AND NOT EXISTS (SELECT 1 FROM requests r WHERE r.source_id = $1 AND r.request_id = e.request_id)
             GROUP BY request_id""", [sid])
         # The same id received twice (a client reusing X-Request-Id): keep the first.
-        dup = con.execute("SELECT count(*) - count(DISTINCT request_id) FROM requests WHERE source_id = $1", [sid]).fetchone()[0]
+        dup = con.execute("SELECT count(*) - count(DISTINCT request_id) FROM requests WHERE source_id = $1", [sid]).fetchall()[0][0]
         if dup:
             con.execute("""DELETE FROM requests r WHERE source_id = $1 AND line_no > (
                                SELECT min(line_no) FROM requests q WHERE q.source_id = $1 AND q.request_id = r.request_id)""",

@@ -552,7 +552,7 @@ def _relevant(con, touched: list[int]) -> bool:
         SELECT (SELECT count(*) FROM sources WHERE source_id IN ({ids}) AND parser = '{BENCH_PARSER}')
              + (SELECT count(*) FROM requests WHERE source_id IN ({ids}) AND kind = 'server'
                   AND prompt_tokens IS NOT NULL AND arrival_ns IS NOT NULL)
-             + (SELECT count(*) FROM steps WHERE source_id IN ({ids}) AND gpu_end_ns IS NOT NULL)""").fetchone()[0])
+             + (SELECT count(*) FROM steps WHERE source_id IN ({ids}) AND gpu_end_ns IS NOT NULL)""").fetchall()[0][0])
 
 
 def _server_rows(con) -> pl.DataFrame:
@@ -769,7 +769,7 @@ def _update_sources(con, source_ids: list[int]) -> None:
         resid = [int(r[4]) for r in rows if r[4] is not None]
         note = rows[0][2] if len(rows) == 1 else f"{len(rows)} runs, per-run clock in engine_config (origin " \
             "bench_clock): " + "; ".join(f"line {r[0]}: {r[1]}" for r in rows)
-        span = con.execute("SELECT min(arrival_ns), max(finish_ns) FROM requests WHERE source_id = ?", [sid]).fetchone()
+        span = con.execute("SELECT min(arrival_ns), max(finish_ns) FROM requests WHERE source_id = ?", [sid]).fetchall()[0]
         con.execute("""UPDATE sources SET clock_method = ?, clock_note = ?, clock_offset_ns = ?, clock_residual_ns = ?,
                               first_ns = coalesce(?, first_ns), last_ns = coalesce(?, last_ns) WHERE source_id = ?""",
                     [method, note, None if rows[0][3] is None else int(rows[0][3]), max(resid) if resid else None,

@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 
 import stallscope
+from stallscope.parsers import logrecords
 import stallscope.parsers.sglang_log as sg_mod
 import stallscope.parsers.tgi_log as tgi_mod
 from stallscope.parsers import Options
@@ -324,8 +325,8 @@ def test_tiny_blocks_give_the_same_rows(monkeypatch, name):
             return out
 
     whole = tables()
-    orig = tgi_mod.iter_line_frames
-    monkeypatch.setattr(tgi_mod, "iter_line_frames", lambda inp: orig(inp, block_bytes=53))
+    orig = logrecords.iter_line_frames
+    monkeypatch.setattr(logrecords, "iter_line_frames", lambda inp: orig(inp, block_bytes=53))
     tiny = tables()
     for k, v in whole.items():
         assert (v.equals(tiny[k]) if isinstance(v, pl.DataFrame) else v == tiny[k]), k

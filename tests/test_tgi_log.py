@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 import stallscope
+from stallscope.parsers import logrecords
 import stallscope.parsers.tgi_log as tgi_mod
 from stallscope.parsers import InputFile, all_parsers, detect
 from conftest import REAL, ROOT, real, source_id
@@ -371,8 +372,8 @@ def test_tiny_blocks_give_the_same_rows(monkeypatch, name):
     with stallscope.open(":memory:") as s:
         s.ingest(path)
         whole = _tables(s)
-    orig = tgi_mod.iter_line_frames
-    monkeypatch.setattr(tgi_mod, "iter_line_frames", lambda inp: orig(inp, block_bytes=61))
+    orig = logrecords.iter_line_frames
+    monkeypatch.setattr(logrecords, "iter_line_frames", lambda inp: orig(inp, block_bytes=61))
     with stallscope.open(":memory:") as s:
         s.ingest(path)
         tiny = _tables(s)

@@ -165,7 +165,8 @@ def from_store(db_path: str, *, source_id: int | None = None, output: LengthDist
         src = source_id
         if src is None:
             row = con.execute("""SELECT source_id FROM requests WHERE arrival_ns IS NOT NULL AND prompt_tokens IS NOT NULL
-                                 GROUP BY source_id ORDER BY count(*) DESC, source_id LIMIT 1""").fetchone()
+                                 GROUP BY source_id ORDER BY count(*) DESC, source_id LIMIT 1""").fetchall()
+            row = row[0] if row else None
             if row is None:
                 raise StallscopeError(f"{db_path}: no requests with arrival times and prompt lengths to replay")
             src = row[0]

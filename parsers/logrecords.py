@@ -1,0 +1,219 @@
+"""Shared machinery of the line-record log parsers (TGI, SGLang): frames with the cut-gzip check, records formed from
+their physical lines (a start flag per line, group ids from its cumulative sum, `group_by` + `str.join`), the
+known-noise and reject bookkeeping, and startup-configuration rows. Every piece is a polars expression or frame
+operation; none loops over lines.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+import polars as pl
+
+from .base import InputFile, ParseContext
+from .lines import iter_line_frames
+
+MSG_MAX = 4096  # characters of a message kept in log_events
+
+
+ANSI_RX = r"\x1b\[[0-9;?]*[A-Za-z]"
+# docker compose: `tgi-3-1         | ` or `[text-generation-inference] | ` in front of every line.
+COMPOSE_RX = r"^(?:\[[^\]]+\]\s+\|\s|[\w.-]+\s+\|\s)"
+
+
+def clean_text(col: str = "text") -> pl.Expr:
+    """The line without ANSI colour codes and without a docker-compose prefix."""
+    return pl.col(col).str.replace_all(ANSI_RX, "").str.replace(COMPOSE_RX, "")
+
+
+class _CountingInput:
+    """The input as iter_line_frames sees it, counting the decompressed bytes that pass through."""
+
+    def __init__(self, inp: InputFile):
+        self.inp = inp
+        self.nbytes = 0
+
+    def iter_blocks(self, size: int = 8 << 20) -> Iterator[bytes]:
+        for block in self.inp.iter_blocks(size):
+            self.nbytes += len(block)
+            yield block
+
+
+def line_frames(ctx: ParseContext) -> Iterator[tuple[pl.DataFrame, bool]]:
+    """(frame, is_last) in file order; one frame of look-ahead so that a gzip cut is known before the last frame.
+
+    The last line of a cut gzip is rejected (with the cut's reason), since the cut may fall inside it. Sets
+    `ctx.raw_bytes` to the decompressed size.
+    """
+    counting = _CountingInput(ctx.input)
+    prev = None
+    for df in iter_line_frames(counting):
+        if prev is not None:
+            yield prev, False
+        prev = df
+    ctx.raw_bytes = counting.nbytes
+    cut = ctx.input.cut_error
+    if prev is None:
+        if cut:
+            ctx.reject(cut)
+        return
+    if cut:
+        ctx.write_rejects(prev.tail(1).select(
+            "line_no", pl.lit(f"{cut}; the last line may be incomplete").alias("reason"),
+            pl.col("text").alias("raw")).to_arrow())
+        prev = prev.head(prev.height - 1)
+    yield prev, True
+
+
+def drop_bad_utf8(ctx: ParseContext, df: pl.DataFrame) -> pl.DataFrame:
+    """Reject lines that are not valid UTF-8 (their raw text keeps U+FFFD where the bad bytes were)."""
+    bad = df.filter(pl.col("bad_utf8"))
+    if bad.height:
+        ctx.write_rejects(bad.select("line_no", pl.lit("invalid UTF-8").alias("reason"), pl.col("text").alias("raw")).to_arrow())
+        df = df.filter(~pl.col("bad_utf8"))
+    return df
+
+
+class RecordSplitter:
+    """Cuts a stream of line frames into whole records.
+
+    `flag(df)` returns `df` with a Boolean `start` column (computed over the whole buffer, so a flag may look at
+    the previous line). The lines from a frame's last record start onwards wait for the next frame, so a
+    multi-line record never splits at a block edge. Output frames carry `gid`, a record id unique in the file.
+    """
+
+    def __init__(self, flag: Callable[[pl.DataFrame], pl.DataFrame], max_carry_lines: int = 500_000):
+        self.flag = flag
+        self.carry: pl.DataFrame | None = None
+        self.next_gid = 0
+        self.max_carry_lines = max_carry_lines
+
+    def feed(self, df: pl.DataFrame, last: bool) -> pl.DataFrame:
+        cols = df.columns
+        buf = df if self.carry is None else pl.concat([self.carry, df], how="vertical")
+        self.carry = None
+        if buf.height == 0:
+            return self.flag(buf).with_columns(pl.lit(0, pl.Int64).alias("gid"))
+        buf = self.flag(buf).with_columns(pl.col("start") | (pl.int_range(pl.len()) == 0))
+        buf = buf.with_columns((pl.col("start").cast(pl.Int64).cum_sum() - 1 + self.next_gid).alias("gid"))
+        cut = buf.height
+        if not last:
+            cut = int(buf["start"].arg_true()[-1])
+            if cut == 0 and buf.height > self.max_carry_lines:
+                cut = buf.height  # one endless record: let it go rather than hold the whole file
+        out, rest = buf.slice(0, cut), buf.slice(cut)
+        if rest.height:
+            self.next_gid = int(rest["gid"][0])
+            self.carry = rest.select(cols)
+        else:
+            self.next_gid = int(buf["gid"][-1]) + 1
+        return out
+
+
+def trim_trailing_blanks(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Blank lines at the end of a record belong to no record: (the other lines, how many blank ones were cut)."""
+    keep = (~pl.col("blank")).cast(pl.Int8).cum_max(reverse=True).over("gid") == 1
+    kept = df.filter(keep)
+    return kept, df.height - kept.height
+
+
+def collapse(df: pl.DataFrame, text: str = "t") -> pl.DataFrame:
+    """One row per record (`gid`): the first line's columns, `line_count`, `cont` (the later lines joined with a
+    newline; NULL for a one-line record) and `joined` (all lines joined with nothing: a hard-wrapped paste)."""
+    df = df.with_columns(pl.len().over("gid").cast(pl.Int64).alias("line_count"))
+    single = df.filter(pl.col("line_count") == 1).with_columns(
+        pl.lit(None, pl.String).alias("cont"), pl.col(text).alias("joined"))
+    multi = df.filter(pl.col("line_count") > 1)
+    if multi.height == 0:
+        return single
+    agg = multi.group_by("gid", maintain_order=True).agg(
+        pl.exclude("gid").first(),
+        pl.col(text).slice(1).str.join("\n").alias("cont"),
+        pl.col(text).str.join("").alias("joined"),
+    )
+    return pl.concat([single, agg.select(single.columns)], how="vertical").sort("gid")
+
+
+def with_body(first: pl.Expr, cont: pl.Expr) -> pl.Expr:
+    """A record's whole text: its first line's message plus the continuation lines."""
+    return pl.when(cont.is_null()).then(first).otherwise(pl.concat_str([first.fill_null(""), cont], separator="\n"))
+
+
+def event_message(body: pl.Expr, traceback: pl.Expr) -> pl.Expr:
+    """log_events.message: a traceback's last line first, then the whole text; at most MSG_MAX characters."""
+    last = body.str.extract(r"([^\n]*\S[^\n]*)\s*$", 1)
+    return (pl.when(traceback).then(pl.concat_str([last, body], separator="\n")).otherwise(body)
+            .str.slice(0, MSG_MAX))
+
+
+def looks_like_traceback(body: pl.Expr) -> pl.Expr:
+    return body.str.contains(r"Traceback \(most recent call last\)|(?:^|\n)\s+File \"[^\"]+\", line \d+")
+
+
+def clean_value(v: pl.Expr) -> pl.Expr:
+    """A printed config value as plain text: `Some(x)` → x, quotes dropped, `None` → NULL."""
+    v = v.str.strip_chars().str.replace(r"^Some\((.*)\)$", "$1")
+    v = v.str.replace(r'^"(.*)"$', "$1").str.replace(r"^'(.*)'$", "$1")
+    return pl.when(v.is_in(["None", ""])).then(None).otherwise(v)
+
+
+def value_number(v: pl.Expr) -> pl.Expr:
+    return (pl.when(v.str.to_lowercase() == "true").then(1.0)
+            .when(v.str.to_lowercase() == "false").then(0.0)
+            .otherwise(v.cast(pl.Float64, strict=False)))
+
+
+def config_rows(df: pl.DataFrame) -> pl.DataFrame:
+    """engine_config rows from (line_no, key, raw value, origin): value cleaned, numeric value when it has one."""
+    return df.select(
+        pl.col("line_no").cast(pl.Int64), pl.col("key").cast(pl.String),
+        clean_value(pl.col("value")).alias("value"), pl.col("origin").cast(pl.String),
+    ).with_columns(value_number(pl.col("value")).alias("value_num"))
+
+
+def write_config(ctx: ParseContext, parts: list[pl.DataFrame], aliases: dict[str, str], engine: str) -> int:
+    """One engine_config row per key: a set value beats an unset (NULL) one, then the later record wins (a restart
+    prints its config again). `aliases` add the normalised key next to the engine's own (`model_id` → `model`)."""
+    rows = [p for p in parts if p.height]
+    df = pl.concat(rows, how="vertical") if rows else config_rows(
+        pl.DataFrame(schema={"line_no": pl.Int64, "key": pl.String, "value": pl.String, "origin": pl.String}))
+    if aliases and df.height:
+        al = df.filter(pl.col("key").is_in(list(aliases))).with_columns(
+            pl.col("key").replace_strict(aliases, return_dtype=pl.String))
+        df = pl.concat([df, al], how="vertical")
+    eng = pl.DataFrame({"line_no": [None], "key": ["engine"], "value": [engine], "origin": ["format"],
+                        "value_num": [None]}, schema=df.schema)
+    df = pl.concat([df, eng], how="vertical")
+    df = (df.with_columns(pl.col("value").is_not_null().alias("_set"), pl.col("line_no").fill_null(-1).alias("_ln"))
+          .sort(["key", "_set", "_ln"]).group_by("key", maintain_order=True).last().drop("_set", "_ln"))
+    return ctx.write("engine_config", df)
+
+
+NOTE_MAX = 5  # notes written per kind of flagged record and block; the rest are counted
+
+
+def note_rows(ctx: ParseContext, df: pl.DataFrame, fmt: Callable[[dict], str]) -> None:
+    """A note for each of the first few flagged records (a cut Args, a cut Success, ...), then one counting the rest."""
+    for r in df.head(NOTE_MAX).iter_rows(named=True):
+        ctx.notes.append(fmt(r))
+    if df.height > NOTE_MAX:
+        ctx.notes.append(f"... and {df.height - NOTE_MAX} more record(s) like the one above")
+
+
+def span_of_times(ctx: ParseContext) -> None:
+    """Set ctx.first_ns / ctx.last_ns from every instant this source wrote."""
+    lo, hi = ctx.con.execute(
+        """SELECT min(x), max(x) FROM (
+             SELECT ts_ns AS x FROM engine_batches WHERE source_id = $1
+             UNION ALL SELECT ts_ns FROM log_events WHERE source_id = $1
+             UNION ALL SELECT ts_ns FROM request_events WHERE source_id = $1
+             UNION ALL SELECT arrival_ns FROM requests WHERE source_id = $1
+             UNION ALL SELECT finish_ns FROM requests WHERE source_id = $1)""", [ctx.source_id]).fetchall()[0]
+    ctx.first_ns, ctx.last_ns = lo, hi
+
+
+def reject_records(ctx: ParseContext, lines: pl.DataFrame, gids: pl.Series, reason: pl.Expr) -> int:
+    """Reject every physical line of the records `gids` (one rejects row per line, so the accounting stays exact)."""
+    bad = lines.filter(pl.col("gid").is_in(gids.implode()))
+    if bad.height == 0:
+        return 0
+    return ctx.write_rejects(bad.select("line_no", reason.alias("reason"), pl.col("t").alias("raw")).to_arrow())
