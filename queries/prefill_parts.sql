@@ -1,17 +1,29 @@
--- Which request's prefill tokens ran in which traced step: a replay of the engine's first-come-first-served
--- prefill order. Requests of a benchmark run, in arrival order, form one stream of prompt tokens
--- (cumulative C_r); the trace's steps, in order, consume prefill tokens (cumulative S_k, from the step
--- annotations' ctx_tokens). The two streams are aligned by one offset O, fixed by the requests whose first
--- token arrives while the trace runs: request r finished its prefill in the last prefill step ending before
--- its first token, so C_r + O falls in that step's token range; O is the value most requests agree on. A
--- step's chunk of request r is then the overlap of (S_k-1, S_k] with (C_r-1 + O, C_r + O]. Exact under FCFS
--- without prefix caching or preemption; `agreement` says how well the run fits (below 0.8 no parts are given).
--- When the trace has no token counts but shows a step did prefill work (vLLM V0's flash_fwd kernels, an SGLang
--- MIXED marker), the step's prefill belongs to the next requests to finish prefill, weighted by prompt length
--- (`basis` `next_completion`): exact for unchunked prefill, and the chunked request's own steps otherwise.
--- client clocks aligned to a trace can sit a few hundred µs before the step end that produced the token,
--- and steps are tens of ms apart.
--- @depends request_metrics, step_phase
+-- Which request's prefill tokens ran in which traced step.
+--
+-- With per-step token counts (vLLM `execute_context_...` annotations, SGLang markers): a replay of the engine's
+-- first-come-first-served prefill order (`basis` `fcfs_replay`). The requests of a benchmark run, in admission
+-- order, form one stream of prompt tokens (cumulative C_r); the trace's steps, in order, consume prefill tokens
+-- (cumulative S_k). Request r finished its prefill in the last prefill step ending before its first token, so
+-- C_r + O falls in that step's token range for the offset O between the streams. O is fixed locally, as the
+-- tightest value r and its neighbours (8, else 2, either side) all allow, else r's own: a recompute
+-- preemption re-prefills a request and shifts the step stream from then on, which one global offset could not
+-- follow. A step's chunk of r is the overlap of (S_k-1, S_k] with (C_r-1 + O, C_r + O]. Requests are put in
+-- admission order by the step that finished their prefill, then by the server log's order (their arrival
+-- order) when matched to one, then by send order: a burst can reach the server in an order send times cannot
+-- tell. A request that got no token while steps carrying decodes ran was preempted: the token ending that gap
+-- follows its re-prefill of the prompt plus the tokens generated so far, which joins the stream as one more
+-- prefill. Exact under FCFS without prefix caching; `agreement` is the share of anchors whose close
+-- neighbourhood agrees on an offset.
+--
+-- Without token counts, from what the trace does show: a prefill-only step (vLLM V0's flash_fwd kernels, an
+-- SGLang extend forward) runs no decode, so each token reaching a client as it ends is the first token of a
+-- request whose prefill, or re-prefill after a preemption, it computed (`token_after_prefill`, weighted by the
+-- prompt plus the tokens generated so far). A mixed step without counts is given to the requests that finish
+-- prefill next (`next_completion`).
+--
+-- Matching a client token to the step that produced it allows 2 ms of slack: client clocks aligned to a trace
+-- can sit a few hundred µs before the step end, and steps are tens of ms apart.
+-- @depends request_metrics, step_phase, client_gaps
 -- @column trace_source_id   INTEGER  The trace.
 -- @column step_id           BIGINT   The step.
 -- @column source_id         INTEGER  The benchmark source of the request.
@@ -20,8 +32,9 @@
 -- @column report_id         VARCHAR  Server request id when known, else request_id.
 -- @column prompt_tokens     INTEGER  The request's prompt length, tokens.
 -- @column tokens            BIGINT   Prefill tokens of this request computed in this step.
--- @column agreement         DOUBLE   Share of the run's anchoring requests consistent with the chosen offset (0..1; NULL for `next_completion`).
--- @column basis             VARCHAR  `fcfs_replay` (token streams aligned) or `next_completion` (the requests finishing prefill next).
+-- @column context_before    BIGINT   Tokens of the request already in the KV cache before this chunk (its attention span grows with them).
+-- @column agreement         DOUBLE   Share of the run's anchoring requests whose neighbourhood agrees on an offset (0..1; NULL for the other bases).
+-- @column basis             VARCHAR  `fcfs_replay` (token streams aligned), `preempted_redo` (step tokens the replay left unclaimed, given to the next request to start a prefill: a preempted request is redone first), `preempted_gap` (such tokens with no such request, shared among the requests preempted then), `token_after_prefill` (a token reached the client as the prefill-only step ended) or `next_completion` (the requests finishing prefill next).
 CREATE OR REPLACE TEMP VIEW prefill_parts AS
 WITH st AS (
     SELECT source_id AS tsrc, step_id, start_ns, end_ns, ctx_tokens,
@@ -40,56 +53,143 @@ runs AS (SELECT source_id, run_line, min(arrival_ns) AS lo, max(first_token_ns) 
 pair AS (
     SELECT r.source_id, r.run_line, t.tsrc FROM runs r JOIN tspan t ON r.lo <= t.hi AND r.hi >= t.lo),
 ref AS (SELECT source_id, run_line, min(tsrc) AS tsrc FROM pair GROUP BY ALL),
+dec_steps AS (
+    SELECT source_id AS tsrc, end_ns, row_number() OVER (PARTITION BY source_id ORDER BY end_ns, step_index) AS n
+    FROM step_phase WHERE kernel_count > 0 AND gen_reqs > 0),
+preempted AS (
+    -- Recompute preemption: a request that got no token while steps carrying decodes ran was not running; the
+    -- token that ends such a gap follows its re-prefill of the prompt plus the tokens generated so far.
+    SELECT g.source_id, g.run_line, g.request_id, g.report_id, q.prompt_tokens, q.prompt_tokens + g.gap_index + 1 AS tokens,
+           g.start_ns, g.end_ns AS done_ns, q.request_index, q.server_index
+    FROM client_gaps g JOIN ref USING (source_id, run_line)
+    JOIN rq0 q ON q.source_id = g.source_id AND q.run_line = g.run_line AND q.request_id = g.request_id
+    ASOF LEFT JOIN dec_steps a ON a.tsrc = ref.tsrc AND g.start_ns + 2000000 >= a.end_ns
+    ASOF LEFT JOIN dec_steps b ON b.tsrc = ref.tsrc AND g.end_ns - 2000000 >= b.end_ns
+    WHERE coalesce(b.n, 0) - coalesce(a.n, 0) >= 1),
+episodes AS (
+    -- Every prefill the engine ran for a request: the first, and any re-prefill after a preemption.
+    SELECT source_id, run_line, request_id, report_id, prompt_tokens, prompt_tokens AS tokens,
+           first_token_ns AS done_ns, request_index, server_index FROM rq0
+    UNION ALL
+    SELECT source_id, run_line, request_id, report_id, prompt_tokens, tokens, done_ns, request_index, server_index
+    FROM preempted),
 bucketed AS (
-    -- The step (of one reference trace) each request finished its prefill in; outside the trace, its own time.
-    SELECT q.*, coalesce(k.end_ns, q.first_token_ns) AS bucket
-    FROM rq0 q LEFT JOIN ref USING (source_id, run_line)
+    -- The step (of one reference trace) each episode finished in; outside the trace, its own time.
+    SELECT e.*, coalesce(k.end_ns, e.done_ns) AS bucket
+    FROM episodes e LEFT JOIN ref USING (source_id, run_line)
     ASOF LEFT JOIN (SELECT source_id, end_ns FROM step_phase WHERE kernel_count > 0) k
-      ON k.source_id = ref.tsrc AND q.first_token_ns + 2000000 >= k.end_ns),
+      ON k.source_id = ref.tsrc AND e.done_ns + 2000000 >= k.end_ns),
 rq AS (
     -- Engine admission order: by the step that completed the prefill, then by the server's log order (its
     -- arrival order) when the request was matched to a server log, then by send order.
-    SELECT source_id, run_line, request_id, report_id, prompt_tokens, arrival_ns, first_token_ns,
-           CAST(sum(prompt_tokens) OVER (PARTITION BY source_id, run_line
-                                         ORDER BY bucket, server_index NULLS LAST, request_index) AS BIGINT) AS c_hi
+    SELECT source_id, run_line, request_id, report_id, prompt_tokens, tokens, done_ns,
+           CAST(sum(tokens) OVER (PARTITION BY source_id, run_line
+                                  ORDER BY bucket, server_index NULLS LAST, request_index) AS BIGINT) AS c_hi
     FROM bucketed),
 anchors AS (
     -- Requests whose first token lies inside the trace, each with its last prefill step before that token.
-    SELECT q.source_id, q.run_line, p.tsrc, q.c_hi, q.first_token_ns
+    SELECT q.source_id, q.run_line, p.tsrc, q.c_hi, q.done_ns
     FROM rq q JOIN pair p USING (source_id, run_line) JOIN tspan t ON t.tsrc = p.tsrc
-    WHERE q.first_token_ns BETWEEN t.lo AND t.hi + 1000000000),
+    WHERE q.done_ns BETWEEN t.lo AND t.hi + 1000000000),
 lastk AS (
     SELECT a.source_id, a.run_line, a.tsrc, a.c_hi, s.s_hi, s.s_hi - s.ctx_tokens AS s_lo
-    FROM anchors a ASOF JOIN st s ON s.tsrc = a.tsrc AND a.first_token_ns + 2000000 >= s.end_ns),
-iv AS (SELECT source_id, run_line, tsrc, s_lo - c_hi AS lo, s_hi - c_hi AS hi FROM lastk),
-cand AS (
-    -- The best offset stabs the most (lo, hi] intervals; an optimum sits on some interval's upper end.
-    SELECT a.source_id, a.run_line, a.tsrc, a.o, count(*) AS n
-    FROM (SELECT DISTINCT source_id, run_line, tsrc, hi AS o FROM iv) a
-    JOIN iv b ON a.source_id = b.source_id AND a.run_line = b.run_line AND a.tsrc = b.tsrc
-             AND b.lo < a.o AND a.o <= b.hi
-    GROUP BY ALL),
-best AS (
-    SELECT c.source_id, c.run_line, c.tsrc, arg_max(c.o, (c.n, -c.o)) AS o, max(c.n) AS n,
-           (SELECT count(*) FROM iv WHERE iv.source_id = c.source_id AND iv.run_line = c.run_line
-                                      AND iv.tsrc = c.tsrc) AS total
-    FROM cand c GROUP BY ALL),
-ok AS (SELECT *, n / total AS agreement FROM best WHERE n / total >= 0.8)
-SELECT s.tsrc AS trace_source_id, s.step_id, q.source_id, q.run_line, q.request_id, q.report_id, q.prompt_tokens,
-       least(s.s_hi, q.c_hi + ok.o) - greatest(s.s_hi - s.ctx_tokens, q.c_hi - q.prompt_tokens + ok.o) AS tokens,
-       ok.agreement, 'fcfs_replay' AS basis
-FROM ok
-JOIN st s ON s.tsrc = ok.tsrc
-JOIN rq q ON q.source_id = ok.source_id AND q.run_line = ok.run_line
- AND q.c_hi - q.prompt_tokens + ok.o < s.s_hi AND q.c_hi + ok.o > s.s_hi - s.ctx_tokens
+    FROM anchors a ASOF JOIN st s ON s.tsrc = a.tsrc AND a.done_ns + 2000000 >= s.end_ns),
+iv AS (
+    SELECT source_id, run_line, tsrc, c_hi, s_lo - c_hi AS lo, s_hi - c_hi AS hi,
+           -- Over the anchor and its neighbours: the offsets every one of them allows, (max lo, min hi].
+           max(s_lo - c_hi) OVER w8 AS wl8, min(s_hi - c_hi) OVER w8 AS wh8,
+           max(s_lo - c_hi) OVER w2 AS wl2, min(s_hi - c_hi) OVER w2 AS wh2
+    FROM lastk
+    WINDOW w8 AS (PARTITION BY source_id, run_line, tsrc ORDER BY c_hi ROWS BETWEEN 8 PRECEDING AND 8 FOLLOWING),
+           w2 AS (PARTITION BY source_id, run_line, tsrc ORDER BY c_hi ROWS BETWEEN 2 PRECEDING AND 2 FOLLOWING)),
+anchored AS (
+    -- A local offset per anchor: the tightest value its 8 neighbours either side all allow, else its 2
+    -- neighbours' (a recompute preemption's re-prefill shifts the stream, so wide neighbourhoods can disagree),
+    -- else its own interval's upper end.
+    SELECT source_id, run_line, tsrc, c_hi,
+           CASE WHEN wl8 < wh8 THEN wh8 WHEN wl2 < wh2 THEN wh2 ELSE hi END AS o, wl2 < wh2 AS consistent
+    FROM iv),
+agree AS (
+    SELECT source_id, run_line, tsrc, avg(CASE WHEN consistent THEN 1.0 ELSE 0.0 END) AS agreement
+    FROM anchored GROUP BY ALL),
+placed AS (
+    -- Every request of a paired run takes the offset of the nearest anchor at or before it (else after it).
+    SELECT q.*, p.tsrc, coalesce(b.o, f.o) AS o
+    FROM rq q JOIN pair p USING (source_id, run_line)
+    ASOF LEFT JOIN anchored b ON b.source_id = q.source_id AND b.run_line = q.run_line AND b.tsrc = p.tsrc
+                             AND q.c_hi >= b.c_hi
+    ASOF LEFT JOIN (SELECT source_id, run_line, tsrc, -c_hi AS neg, o FROM anchored) f
+      ON f.source_id = q.source_id AND f.run_line = q.run_line AND f.tsrc = p.tsrc AND -q.c_hi >= f.neg)
+,
+replayed AS (
+    SELECT s.tsrc AS trace_source_id, s.step_id, q.source_id, q.run_line, q.request_id, q.report_id,
+           q.prompt_tokens,
+           least(s.s_hi, q.c_hi + q.o) - greatest(s.s_hi - s.ctx_tokens, q.c_hi - q.tokens + q.o) AS tokens,
+           greatest(s.s_hi - s.ctx_tokens, q.c_hi - q.tokens + q.o) - (q.c_hi - q.tokens + q.o) AS context_before,
+           a.agreement, 'fcfs_replay' AS basis, s.end_ns, q.c_hi - q.tokens + q.o AS s_from
+    FROM placed q
+    JOIN agree a ON a.source_id = q.source_id AND a.run_line = q.run_line AND a.tsrc = q.tsrc
+    JOIN st s ON s.tsrc = q.tsrc
+     AND q.c_hi - q.tokens + q.o < s.s_hi AND q.c_hi + q.o > s.s_hi - s.ctx_tokens),
+unclaimed AS (
+    -- Step prefill tokens the replay gave to no request: a prefill preempted before its first token (KV-cache
+    -- thrashing) reaches no client, so no episode stands for it.
+    SELECT s.tsrc, s.step_id, s.end_ns, CAST(s.ctx_tokens - coalesce(sum(r.tokens), 0) AS BIGINT) AS hole
+    FROM st s LEFT JOIN replayed r ON r.trace_source_id = s.tsrc AND r.step_id = s.step_id
+    GROUP BY s.tsrc, s.step_id, s.end_ns, s.ctx_tokens HAVING s.ctx_tokens - coalesce(sum(r.tokens), 0) > 0),
+restarts AS (
+    -- Per step, the earliest episode in the stream that begins there.
+    SELECT trace_source_id AS tsrc, end_ns, arg_min(source_id, s_from) AS source_id, arg_min(run_line, s_from) AS run_line,
+           arg_min(request_id, s_from) AS request_id
+    FROM replayed WHERE context_before = 0 GROUP BY ALL),
+owned AS (
+    -- A preempted request goes back to the head of the waiting queue, so the next episode to begin is its own
+    -- redo, provided it had arrived by then.
+    SELECT u.tsrc, u.step_id, u.hole, q.source_id, q.run_line, q.request_id, q.report_id, q.prompt_tokens
+    FROM unclaimed u ASOF JOIN restarts r ON r.tsrc = u.tsrc AND r.end_ns > u.end_ns
+    JOIN rq0 q ON q.source_id = r.source_id AND q.run_line = r.run_line AND q.request_id = r.request_id
+    WHERE q.arrival_ns < u.end_ns),
+suspects AS (
+    -- Otherwise the requests preempted while the step ran share its unclaimed tokens.
+    SELECT u.tsrc, u.step_id, u.hole, p.source_id, p.run_line, p.request_id, p.report_id, p.prompt_tokens,
+           row_number() OVER (PARTITION BY u.tsrc, u.step_id ORDER BY p.request_index) AS k,
+           count(*) OVER (PARTITION BY u.tsrc, u.step_id) AS n
+    FROM unclaimed u ANTI JOIN owned o USING (tsrc, step_id)
+    JOIN ref ON ref.tsrc = u.tsrc
+    JOIN preempted p ON p.source_id = ref.source_id AND p.run_line = ref.run_line
+     AND u.end_ns > p.start_ns + 2000000 AND u.end_ns < p.done_ns - 2000000)
+SELECT * EXCLUDE (end_ns, s_from) FROM replayed
 UNION ALL
--- Steps known to prefill (from their kernels or an SGLang MIXED marker) whose token counts the trace does not
--- give: under FCFS their prefill work belongs to the requests that finish prefill next, at the first step at or
--- after them that precedes a first token.
-SELECT k.source_id, k.step_id, b.source_id, b.run_line, b.request_id, b.report_id, b.prompt_tokens,
-       CAST(b.prompt_tokens AS BIGINT), NULL, 'next_completion'
+SELECT tsrc, step_id, source_id, run_line, request_id, report_id, prompt_tokens, hole, 0, NULL, 'preempted_redo'
+FROM owned
+UNION ALL
+SELECT tsrc, step_id, source_id, run_line, request_id, report_id, prompt_tokens,
+       hole // n + CASE WHEN k <= hole % n THEN 1 ELSE 0 END, 0, NULL, 'preempted_gap'
+FROM suspects
+UNION ALL
+-- Prefill-only steps without token counts (vLLM V0 prefill-first scheduling, SGLang extend forwards): no decode
+-- runs in them, so every token that reaches a client as one ends is the first token of a request whose prefill
+-- (or whose re-prefill after a recompute preemption) that step computed. A re-prefill redoes the prompt and the
+-- tokens generated so far.
+SELECT k.source_id, k.step_id, q.source_id, q.run_line, q.request_id, q.report_id, q.prompt_tokens,
+       CAST(q.prompt_tokens AS BIGINT) + t.generated, 0, NULL, 'token_after_prefill'
 FROM (SELECT * FROM step_phase
-      WHERE kernel_count > 0 AND phase IN ('prefill', 'mixed') AND ctx_tokens IS NULL AND prefill_gpu_ns > 0) k
+      WHERE kernel_count > 0 AND phase = 'prefill' AND ctx_tokens IS NULL AND prefill_gpu_ns > 0) k
+JOIN pair p ON p.tsrc = k.source_id
+JOIN (SELECT source_id, run_line, request_id, first_token_ns AS t_ns, 0 AS generated FROM rq0
+      UNION ALL
+      SELECT g.source_id, g.run_line, g.request_id, g.end_ns, g.token_index FROM client_gaps g) t
+  ON t.source_id = p.source_id AND t.run_line = p.run_line
+ AND t.t_ns BETWEEN k.end_ns - 2000000 AND k.end_ns + 2000000
+JOIN rq0 q ON q.source_id = t.source_id AND q.run_line = t.run_line AND q.request_id = t.request_id
+UNION ALL
+-- Mixed steps without token counts (an SGLang MIXED marker): decodes finish there too, so their prefill work
+-- is given to the requests that finish prefill next, at the first step at or after them that precedes a first
+-- token.
+SELECT k.source_id, k.step_id, b.source_id, b.run_line, b.request_id, b.report_id, b.prompt_tokens,
+       CAST(b.prompt_tokens AS BIGINT), 0, NULL, 'next_completion'
+FROM (SELECT * FROM step_phase
+      WHERE kernel_count > 0 AND phase = 'mixed' AND ctx_tokens IS NULL AND prefill_gpu_ns > 0) k
 JOIN pair p ON p.tsrc = k.source_id
 ASOF JOIN (SELECT DISTINCT source_id, run_line, bucket FROM bucketed) nb
   ON nb.source_id = p.source_id AND nb.run_line = p.run_line AND nb.bucket >= k.end_ns

@@ -1,6 +1,8 @@
 -- The requests whose prefill ran inside each spike's gap, ranked by how much of their prefill time fell in
 -- it. With a GPU trace: every overlapping step's in-gap prefill time (`spike_steps`) split over the
--- requests whose chunks it computed (`prefill_parts`) by token share (evidence `kernels`). Without one: other
+-- requests whose chunks it computed (`prefill_parts`): the attention kernels' part by attention work
+-- (tokens x (context before + tokens / 2): a chunk at the end of a long prompt attends to all of it), the
+-- rest by tokens (evidence `kernels`). Without one: other
 -- requests of the same run whose inferred prefill window (`request_prefill_windows`) overlaps the gap,
 -- ranked by overlap (evidence `inferred`).
 -- @depends spikes, spike_steps, prefill_parts, request_prefill_windows
@@ -15,17 +17,26 @@
 -- @column evidence        VARCHAR  `kernels` (traced steps) or `inferred` (request windows).
 CREATE OR REPLACE TEMP VIEW spike_culprits AS
 WITH parts AS (
-    -- A step's prefill time is split over its parts by tokens: the step's own count when the trace gives
-    -- it, else the sum of the parts found for it.
-    SELECT *, sum(tokens) OVER (PARTITION BY trace_source_id, step_id) AS part_tokens FROM prefill_parts),
+    -- Token and attention-work shares of each part within its step.
+    SELECT *, sum(tokens) OVER (PARTITION BY trace_source_id, step_id) AS part_tokens,
+           tokens * (context_before + tokens / 2.0)
+               / nullif(sum(tokens * (context_before + tokens / 2.0)) OVER (PARTITION BY trace_source_id, step_id), 0)
+               AS attn_work_share
+    FROM prefill_parts),
 traced AS (
     SELECT ss.spike_id, pp.source_id, pp.run_line, pp.request_id, pp.report_id, pp.prompt_tokens,
-           sum(ss.step_prefill_in_gap_ns * pp.tokens / coalesce(ss.ctx_tokens, pp.part_tokens)) AS overlap_ns,
+           -- Token shares are of the step's own count when the trace gives it (tokens no part accounts for
+           -- stay unassigned), else of the parts found.
+           sum(ss.step_prefill_in_gap_ns * (
+                   coalesce(ss.attn_share, 0)
+                       * coalesce(pp.attn_work_share, pp.tokens / coalesce(ss.ctx_tokens, pp.part_tokens))
+                   + (1 - coalesce(ss.attn_share, 0)) * pp.tokens / coalesce(ss.ctx_tokens, pp.part_tokens)))
+               AS overlap_ns,
            'kernels' AS evidence
     FROM spike_steps ss
     JOIN spikes s ON s.spike_id = ss.spike_id
     JOIN parts pp ON pp.trace_source_id = ss.source_id AND pp.step_id = ss.step_id
-    WHERE coalesce(ss.ctx_tokens, pp.part_tokens) > 0 AND ss.step_prefill_in_gap_ns > 0
+    WHERE ss.step_prefill_in_gap_ns > 0
       AND (s.level = 'step' OR (pp.source_id = s.source_id AND pp.run_line = s.run_line
                                 AND pp.request_id <> s.request_id))
     GROUP BY ALL),

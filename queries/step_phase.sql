@@ -16,6 +16,7 @@
 -- @column gpu_busy_ns      BIGINT   Union of the step's GPU work intervals, ns.
 -- @column prefill_gpu_ns   BIGINT   Kernel time attributed to prefill work, ns (NULL when the split is unknown).
 -- @column decode_gpu_ns    BIGINT   Kernel time attributed to decode work, ns (NULL when the split is unknown).
+-- @column prefill_attn_gpu_ns BIGINT The part of prefill_gpu_ns spent in attention kernels, ns (NULL when unknown).
 -- @column ctx_reqs         INTEGER  Context (prefill) requests in the step, NULL when unknown.
 -- @column ctx_tokens       BIGINT   Prefill tokens in the step (SGLang MIXED: estimated, see above), NULL when unknown.
 -- @column gen_reqs         INTEGER  Decode requests in the step (the decodes a long step stalls), NULL when unknown.
@@ -24,6 +25,7 @@ CREATE OR REPLACE TEMP VIEW step_phase AS
 WITH kp AS (
     SELECT step_id,
            CAST(sum(prefill_ns) AS BIGINT) AS prefill_ns, CAST(sum(decode_ns) AS BIGINT) AS decode_ns,
+           CAST(sum(prefill_ns) FILTER (WHERE work = 'attention') AS BIGINT) AS prefill_attn_ns,
            count(*) FILTER (WHERE prefill_ns IS NULL) AS unknown,
            count(*) FILTER (WHERE rule_phase = 'prefill') AS pk, count(*) FILTER (WHERE rule_phase = 'decode') AS dk
     FROM kernel_phase GROUP BY step_id)
@@ -37,6 +39,7 @@ SELECT s.source_id, s.step_id, s.step_index, s.rank,
        s.kernel_count, s.gpu_busy_ns,
        CASE WHEN kp.unknown = 0 THEN kp.prefill_ns END AS prefill_gpu_ns,
        CASE WHEN kp.unknown = 0 THEN kp.decode_ns END AS decode_gpu_ns,
+       CASE WHEN kp.unknown = 0 THEN coalesce(kp.prefill_attn_ns, 0) END AS prefill_attn_gpu_ns,
        s.ctx_reqs,
        coalesce(s.ctx_tokens, CASE WHEN s.annotation_kind = 'sglang' AND s.phase = 'mixed'
                                    THEN s.total_tokens - s.batch_size + 1 END) AS ctx_tokens,

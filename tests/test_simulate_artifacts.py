@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 import stallscope
+from stallscope import sqlviews
 from conftest import real
 from helpers import cli
 from stallscope.simulate import artifacts, emit_logs, truth
@@ -101,6 +102,18 @@ def test_trace_steps_match_the_simulated_steps(ingested):
                 assert np.allclose(steps["ctx_sum_qkv"].to_numpy(),
                                    np.bincount(sim.ch_step, sim.ch_tokens * (sim.ch_tokens + sim.ch_ctx),
                                                minlength=sim.n_steps))
+
+
+def test_prefill_attention_kernels_carry_the_attention_work(ingested):
+    # Culprit ranking splits a step's attention time by attention work, so the emitted attention kernels must
+    # take the model's attention component (they were once 1 ns each, which hid a misranking).
+    name, run, a, written, store, report = ingested
+    sqlviews.install(store.con)
+    attn = store.sql("SELECT prefill_attn_gpu_ns FROM step_phase ORDER BY step_index")["prefill_attn_gpu_ns"]
+    pf = run.sim.prefill_tokens > 0
+    got = attn.to_numpy()[pf].astype(np.float64)
+    assert (got > 10_000).all()
+    assert np.corrcoef(got, run.sim.attn_work[pf])[0, 1] > 0.99
 
 
 def test_trace_launch_links_and_graph_replays(ingested):

@@ -152,7 +152,7 @@ def _lin(key, w):
 
 
 def _att(key, w=1.0):
-    return (key, "attn", w)
+    return (key, "att", w)
 
 
 def _fix(key, us):
