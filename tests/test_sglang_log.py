@@ -8,7 +8,6 @@ import os
 import re
 import zlib
 from datetime import datetime, timezone
-from pathlib import Path
 
 import polars as pl
 import pytest
@@ -18,8 +17,8 @@ from stallscope.parsers import logrecords
 import stallscope.parsers.sglang_log as sg_mod
 import stallscope.parsers.tgi_log as tgi_mod
 from stallscope.parsers import Options
-from conftest import REAL, ROOT, real, source_id
-from helpers import cli
+from conftest import REAL, ROOT, real
+from helpers import by_source, cli, ingested_store, physical_lines
 
 SGL = sorted(p.name for p in (REAL / "sglang").glob("*.log"))
 MANGLED = "sglang_tqdm_interleaved_mangled_lines_pr25960.log"
@@ -29,22 +28,14 @@ def ns(text: str, tz=timezone.utc) -> int:
     return int(datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=tz).timestamp()) * 1_000_000_000
 
 
-def physical_lines(data: bytes) -> int:
-    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-
-
 @pytest.fixture(scope="module")
 def store():
-    s = stallscope.open(":memory:")
-    report = s.ingest([real(f"sglang/{n}") for n in SGL])
-    assert all(r.ok for r in report), [r.message for r in report if not r.ok]
-    s.notes = {Path(r.path).name: r.notes for r in report}
+    s = ingested_store(real(f"sglang/{n}") for n in SGL)
     yield s
     s.close()
 
 
-def q(store, sql: str, name: str) -> pl.DataFrame:
-    return store.sql(sql.replace("$sid", str(source_id(store, name))))
+q = by_source
 
 
 def batches(store, name: str) -> pl.DataFrame:

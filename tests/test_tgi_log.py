@@ -15,8 +15,8 @@ import stallscope
 from stallscope.parsers import logrecords
 import stallscope.parsers.tgi_log as tgi_mod
 from stallscope.parsers import InputFile, all_parsers, detect
-from conftest import REAL, ROOT, real, source_id
-from helpers import cli
+from conftest import REAL, ROOT, real
+from helpers import by_source, cli, ingested_store, physical_lines
 
 TGI = sorted(p.name for p in (REAL / "tgi").glob("*.log"))
 
@@ -25,22 +25,14 @@ def ns(iso: str) -> int:
     return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1_000_000) * 1000
 
 
-def physical_lines(data: bytes) -> int:
-    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-
-
 @pytest.fixture(scope="module")
 def store():
-    s = stallscope.open(":memory:")
-    report = s.ingest([real(f"tgi/{n}") for n in TGI])
-    assert all(r.ok for r in report), [r.message for r in report if not r.ok]
-    s.notes = {Path(r.path).name: r.notes for r in report}
+    s = ingested_store(real(f"tgi/{n}") for n in TGI)
     yield s
     s.close()
 
 
-def q(store, sql: str, name: str) -> pl.DataFrame:
-    return store.sql(sql.replace("$sid", str(source_id(store, name))))
+q = by_source
 
 
 def test_all_sixteen_files_ingest(store):
