@@ -133,6 +133,20 @@ def collapse(df: pl.DataFrame, text: str = "t") -> pl.DataFrame:
     return pl.concat([single, agg.select(single.columns)], how="vertical").sort("gid")
 
 
+def record_frames(ctx: ParseContext, flag, prepare: Callable[[pl.DataFrame], pl.DataFrame]
+                  ) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
+    """The input frame by frame as (its physical lines, the records they form): undecodable bytes dropped with a
+    reject, `prepare` applied, records split by `flag` across frame edges, trailing blank lines counted skipped."""
+    splitter = RecordSplitter(flag)
+    for frame, last in line_frames(ctx):
+        lines = splitter.feed(prepare(drop_bad_utf8(ctx, frame)), last)
+        if lines.height == 0:
+            continue
+        lines, blanks = trim_trailing_blanks(lines)
+        ctx.counts.skipped += blanks
+        yield lines, collapse(lines)
+
+
 def with_body(first: pl.Expr, cont: pl.Expr) -> pl.Expr:
     """A record's whole text: its first line's message plus the continuation lines."""
     return pl.when(cont.is_null()).then(first).otherwise(pl.concat_str([first.fill_null(""), cont], separator="\n"))

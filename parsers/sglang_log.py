@@ -29,9 +29,8 @@ import polars as pl
 from .base import InputFile, ParseContext, Parser
 from .logtime import check_zone, full_date_ns
 from .patterns import Pattern, Sample
-from .logrecords import (ANSI_RX, COMPOSE_RX, MSG_MAX, RecordSplitter, clean_text, collapse, config_rows, drop_bad_utf8,
-                      event_message, line_frames, looks_like_traceback, note_rows, span_of_times,
-                      trim_trailing_blanks, with_body, write_config)
+from .logrecords import (ANSI_RX, COMPOSE_RX, MSG_MAX, clean_text, config_rows, event_message, looks_like_traceback,
+                         note_rows, record_frames, span_of_times, with_body, write_config)
 
 VERSION = "1.0"
 NS_PER_S = 1_000_000_000
@@ -654,15 +653,7 @@ class SglangLogParser(Parser):
 
     def parse(self, ctx: ParseContext, fmt: str) -> None:
         st = _State(check_zone(ctx.options.tz))
-        splitter = RecordSplitter(_flag)
-        for frame, last in line_frames(ctx):
-            frame = drop_bad_utf8(ctx, frame)
-            lines = splitter.feed(_prepare(frame), last)
-            if lines.height == 0:
-                continue
-            lines, blanks = trim_trailing_blanks(lines)
-            ctx.counts.skipped += blanks
-            recs = collapse(lines)
+        for lines, recs in record_frames(ctx, _flag, _prepare):
             recs = _times(recs, st)
             tq = recs.filter(pl.col("cat") == "tqdm")
             ctx.counts.skipped += int(tq["line_count"].sum()) if tq.height else 0

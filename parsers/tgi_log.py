@@ -22,9 +22,8 @@ import re
 import polars as pl
 
 from .base import InputFile, ParseContext, Parser
-from .logrecords import (ANSI_RX, COMPOSE_RX, MSG_MAX, RecordSplitter, clean_text, collapse, config_rows,
-                         drop_bad_utf8, event_message, line_frames, looks_like_traceback, note_rows, reject_records,
-                         span_of_times, trim_trailing_blanks, with_body, write_config)
+from .logrecords import (ANSI_RX, COMPOSE_RX, MSG_MAX, clean_text, config_rows, event_message, looks_like_traceback,
+                         note_rows, record_frames, reject_records, span_of_times, with_body, write_config)
 from .patterns import Pattern, Sample
 
 VERSION = "1.0"
@@ -515,15 +514,7 @@ class TgiLogParser(Parser):
 
     def parse(self, ctx: ParseContext, fmt: str) -> None:
         st = _State()
-        splitter = RecordSplitter(_flag)
-        for frame, last in line_frames(ctx):
-            frame = drop_bad_utf8(ctx, frame)
-            lines = splitter.feed(_prepare(frame), last)
-            if lines.height == 0:
-                continue
-            lines, blanks = trim_trailing_blanks(lines)
-            ctx.counts.skipped += blanks
-            recs = collapse(lines)
+        for lines, recs in record_frames(ctx, _flag, _prepare):
             recs, bad = _normalise(recs)
             if bad.height:
                 salv = _salvage_json(bad)
