@@ -238,6 +238,17 @@ def simulate(workload: Workload, preset: Preset, config: EngineConfig, seed: int
             return True
         return False
 
+    def admit(c: int) -> int:
+        """Admit the head of the waiting queue with a first chunk of `c` tokens; returns `c`."""
+        nonlocal n_running
+        r = waiting.popleft()
+        state[r] = 2
+        partial.append(r)
+        running_order.append(r)
+        n_running += 1
+        parts.append((r, c, 0))
+        return c
+
     def gb_append(r, start, cnt):
         if gb.n == len(gb.cols["req"]):
             gb.grow()
@@ -288,12 +299,7 @@ def simulate(workload: Workload, preset: Preset, config: EngineConfig, seed: int
                 c = min(target[r], left)
                 if c > free:
                     break
-                waiting.popleft()
-                state[r] = 2
-                partial.append(r)
-                running_order.append(r)
-                n_running += 1
-                parts.append((r, c, 0))
+                admit(c)
                 left -= c
                 free -= c
         elif policy == "v0":
@@ -303,13 +309,7 @@ def simulate(workload: Workload, preset: Preset, config: EngineConfig, seed: int
                 need = target[r]
                 if tok + need > C or need > free:
                     break
-                waiting.popleft()
-                state[r] = 2
-                partial.append(r)
-                running_order.append(r)
-                n_running += 1
-                parts.append((r, need, 0))
-                tok += need
+                tok += admit(need)
                 free -= need
             if parts:
                 step_dec = 0
@@ -335,12 +335,7 @@ def simulate(workload: Workload, preset: Preset, config: EngineConfig, seed: int
                 c = min(target[r], left)
                 if c > free:
                     break
-                waiting.popleft()
-                state[r] = 2
-                partial.append(r)
-                running_order.append(r)
-                n_running += 1
-                parts.append((r, c, 0))
+                admit(c)
                 left -= c
                 free -= c
                 if c < target[r]:
