@@ -17,7 +17,7 @@ from stallscope.parsers import logrecords
 import stallscope.parsers.sglang_log as sg_mod
 import stallscope.parsers.tgi_log as tgi_mod
 from stallscope.parsers import Options
-from conftest import REAL, ROOT, real
+from conftest import REAL, real
 from helpers import by_source, cli, ingested_store, physical_lines
 
 SGL = sorted(p.name for p in (REAL / "sglang").glob("*.log"))
@@ -323,14 +323,8 @@ def test_tiny_blocks_give_the_same_rows(monkeypatch, name):
         assert (v.equals(tiny[k]) if isinstance(v, pl.DataFrame) else v == tiny[k]), k
 
 
-def test_patterns_have_real_samples_that_parse():
-    problems = [x for p in sg_mod.PATTERNS for x in p.check()]
-    assert not problems
-    for p in sg_mod.PATTERNS:
-        assert p.samples, p.name
-        for s in p.samples:
-            if s.source:
-                assert s.line in (ROOT / s.source).resolve().read_text(encoding="utf-8"), (p.name, s.line[:60])
+def test_patterns_cover_the_real_logs():
+    # test_patterns checks every sample parses and occurs verbatim in its source; here, that there are many.
     assert sum(1 for p in sg_mod.PATTERNS for s in p.samples if s.source) >= 25
 
 

@@ -15,7 +15,7 @@ import stallscope
 from stallscope.parsers import logrecords
 import stallscope.parsers.tgi_log as tgi_mod
 from stallscope.parsers import InputFile, all_parsers, detect
-from conftest import REAL, ROOT, real
+from conftest import REAL, real
 from helpers import by_source, cli, ingested_store, physical_lines
 
 TGI = sorted(p.name for p in (REAL / "tgi").glob("*.log"))
@@ -306,14 +306,8 @@ def test_v1_0_http_request_span_gives_the_trace_id(tmp_path):
 
 # -- patterns ------------------------------------------------------------------------------------------------------
 
-def test_patterns_have_real_samples_that_parse():
-    problems = [x for p in tgi_mod.PATTERNS for x in p.check()]
-    assert not problems
-    for p in tgi_mod.PATTERNS:
-        assert p.samples, p.name
-        for s in p.samples:
-            if s.source:
-                assert s.line in (ROOT / s.source).resolve().read_text(encoding="utf-8"), (p.name, s.line[:60])
+def test_patterns_cover_the_real_logs():
+    # test_patterns checks every sample parses and occurs verbatim in its source; here, that there are many.
     assert sum(1 for p in tgi_mod.PATTERNS for s in p.samples if s.source) >= 25
 
 
