@@ -3,17 +3,20 @@
 -- With per-step token counts (vLLM `execute_context_...` annotations, SGLang markers): a replay of the engine's
 -- first-come-first-served prefill order (`basis` `fcfs_replay`). The requests of a benchmark run, in admission
 -- order, form one stream of prompt tokens (cumulative C_r); the trace's steps, in order, consume prefill tokens
--- (cumulative S_k). Request r finished its prefill in the last prefill step ending before its first token, so
--- C_r + O falls in that step's token range for the offset O between the streams. O is fixed locally, as the
--- tightest value r and its neighbours (8, else 2, either side) all allow, else r's own: a recompute
--- preemption re-prefills a request and shifts the step stream from then on, which one global offset could not
--- follow. A step's chunk of r is the overlap of (S_k-1, S_k] with (C_r-1 + O, C_r + O]. Requests are put in
--- admission order by the step that finished their prefill, then by the server log's order (their arrival
--- order) when matched to one, then by send order: a burst can reach the server in an order send times cannot
--- tell. A request that got no token while steps carrying decodes ran was preempted: the token ending that gap
--- follows its re-prefill of the prompt plus the tokens generated so far, which joins the stream as one more
--- prefill. Exact under FCFS without prefix caching; `agreement` is the share of anchors whose close
--- neighbourhood agrees on an offset.
+-- (cumulative S_k). Request r finished its prefill in the last prefill step ending before its first token, so C_r +
+-- O falls in that step's token range for the offset O between the streams. O is fixed locally, as the tightest
+-- value r and its 8 neighbours either side all allow, else r and its next 8 anchors, else its 2 neighbours either
+-- side, else r's own: a recompute preemption re-prefills a request and shifts the step stream from then on, which
+-- one global offset could not follow, and the shift only grows, so after one the anchors that follow bound it. A
+-- step's chunk of r is the overlap of (S_k-1, S_k] with (C_r-1 + O, C_r + O]. Requests are put in admission order
+-- by the step that finished their prefill, then by the server log's order (their arrival order) when matched to
+-- one, then by send order: a burst can reach the server in an order send times cannot tell. A request that got no
+-- token while steps carrying decodes ran was preempted: the token ending that gap follows its re-prefill of the
+-- prompt plus the tokens generated so far, which joins the stream as one more prefill. Step tokens the replay
+-- leaves to nobody are prefills cut by a preemption before any token reached the client (KV-cache thrashing): they
+-- go to the request at the head of the waiting queue, where vLLM puts the request it preempted last. Exact under
+-- FCFS without prefix caching and without preemption; `agreement` is the share of anchors whose close neighbourhood
+-- agrees on an offset.
 --
 -- Without token counts, from what the trace does show: a prefill-only step (vLLM V0's flash_fwd kernels, an
 -- SGLang extend forward) runs no decode, so each token reaching a client as it ends is the first token of a
@@ -34,7 +37,7 @@
 -- @column tokens            BIGINT   Prefill tokens of this request computed in this step.
 -- @column context_before    BIGINT   Tokens of the request already in the KV cache before this chunk (its attention span grows with them).
 -- @column agreement         DOUBLE   Share of the run's anchoring requests whose neighbourhood agrees on an offset (0..1; NULL for the other bases).
--- @column basis             VARCHAR  `fcfs_replay` (token streams aligned), `preempted_redo` (step tokens the replay left unclaimed, given to the next request to start a prefill: a preempted request is redone first), `preempted_gap` (such tokens with no such request, shared among the requests preempted then), `token_after_prefill` (a token reached the client as the prefill-only step ended) or `next_completion` (the requests finishing prefill next).
+-- @column basis             VARCHAR  `fcfs_replay` (token streams aligned), `preempted_gap` (step tokens the replay left unclaimed, given to the request most recently preempted: it heads the waiting queue), `preempted_redo` (such tokens while no client gap shows a preemption, given to the next request to start a prefill), `token_after_prefill` (a token reached the client as the prefill-only step ended) or `next_completion` (the requests finishing prefill next).
 CREATE OR REPLACE TEMP VIEW prefill_parts AS
 WITH st AS (
     SELECT source_id AS tsrc, step_id, start_ns, end_ns, ctx_tokens,
@@ -98,16 +101,19 @@ iv AS (
     SELECT source_id, run_line, tsrc, c_hi, s_lo - c_hi AS lo, s_hi - c_hi AS hi,
            -- Over the anchor and its neighbours: the offsets every one of them allows, (max lo, min hi].
            max(s_lo - c_hi) OVER w8 AS wl8, min(s_hi - c_hi) OVER w8 AS wh8,
-           max(s_lo - c_hi) OVER w2 AS wl2, min(s_hi - c_hi) OVER w2 AS wh2
+           max(s_lo - c_hi) OVER w2 AS wl2, min(s_hi - c_hi) OVER w2 AS wh2,
+           max(s_lo - c_hi) OVER f8 AS fl8, min(s_hi - c_hi) OVER f8 AS fh8
     FROM lastk
     WINDOW w8 AS (PARTITION BY source_id, run_line, tsrc ORDER BY c_hi ROWS BETWEEN 8 PRECEDING AND 8 FOLLOWING),
-           w2 AS (PARTITION BY source_id, run_line, tsrc ORDER BY c_hi ROWS BETWEEN 2 PRECEDING AND 2 FOLLOWING)),
+           w2 AS (PARTITION BY source_id, run_line, tsrc ORDER BY c_hi ROWS BETWEEN 2 PRECEDING AND 2 FOLLOWING),
+           f8 AS (PARTITION BY source_id, run_line, tsrc ORDER BY c_hi ROWS BETWEEN CURRENT ROW AND 8 FOLLOWING)),
 anchored AS (
-    -- A local offset per anchor: the tightest value its 8 neighbours either side all allow, else its 2
-    -- neighbours' (a recompute preemption's re-prefill shifts the stream, so wide neighbourhoods can disagree),
-    -- else its own interval's upper end.
+    -- A local offset per anchor: the tightest value its 8 neighbours either side all allow; where they disagree
+    -- (a cut prefill shifts the stream up from there on), the tightest it and its next 8 anchors allow, else its
+    -- 2 neighbours', else its own interval's upper end.
     SELECT source_id, run_line, tsrc, c_hi,
-           CASE WHEN wl8 < wh8 THEN wh8 WHEN wl2 < wh2 THEN wh2 ELSE hi END AS o, wl2 < wh2 AS consistent
+           CASE WHEN wl8 < wh8 THEN wh8 WHEN fl8 < fh8 THEN fh8 WHEN wl2 < wh2 THEN wh2 ELSE hi END AS o,
+           wl2 < wh2 AS consistent
     FROM iv),
 agree AS (
     SELECT source_id, run_line, tsrc, avg(CASE WHEN consistent THEN 1.0 ELSE 0.0 END) AS agreement
@@ -142,30 +148,28 @@ restarts AS (
     SELECT trace_source_id AS tsrc, end_ns, arg_min(source_id, s_from) AS source_id, arg_min(run_line, s_from) AS run_line,
            arg_min(request_id, s_from) AS request_id
     FROM replayed WHERE context_before = 0 GROUP BY ALL),
-owned AS (
-    -- A preempted request goes back to the head of the waiting queue, so the next episode to begin is its own
-    -- redo, provided it had arrived by then.
-    SELECT u.tsrc, u.step_id, u.hole, q.source_id, q.run_line, q.request_id, q.report_id, q.prompt_tokens
-    FROM unclaimed u ASOF JOIN restarts r ON r.tsrc = u.tsrc AND r.end_ns > u.end_ns
-    JOIN rq0 q ON q.source_id = r.source_id AND q.run_line = r.run_line AND q.request_id = r.request_id
-    WHERE q.arrival_ns < u.end_ns),
-suspects AS (
-    -- Otherwise the requests preempted while the step ran share its unclaimed tokens.
-    SELECT u.tsrc, u.step_id, u.hole, p.source_id, p.run_line, p.request_id, p.report_id, p.prompt_tokens,
-           row_number() OVER (PARTITION BY u.tsrc, u.step_id ORDER BY p.request_index) AS k,
-           count(*) OVER (PARTITION BY u.tsrc, u.step_id) AS n
-    FROM unclaimed u ANTI JOIN owned o USING (tsrc, step_id)
-    JOIN ref ON ref.tsrc = u.tsrc
+heads AS (
+    -- vLLM puts a preempted request back at the head of the waiting queue, so the head is the request whose
+    -- client gap began last among those waiting in a preempted gap across the step: its prefill is the one cut.
+    SELECT u.tsrc, u.step_id, u.hole, arg_max(p.request_id, p.start_ns) AS request_id,
+           arg_max(p.source_id, p.start_ns) AS source_id, arg_max(p.run_line, p.start_ns) AS run_line
+    FROM unclaimed u JOIN ref ON ref.tsrc = u.tsrc
     JOIN preempted p ON p.source_id = ref.source_id AND p.run_line = ref.run_line
-     AND u.end_ns > p.start_ns + 2000000 AND u.end_ns < p.done_ns - 2000000)
+     AND u.end_ns > p.start_ns + 2000000 AND u.end_ns < p.done_ns - 2000000
+    GROUP BY ALL),
+redone AS (
+    -- A prefill cut before the request's first token (no gap shows it): the next episode to begin in the stream
+    -- is its redo, provided the request had arrived by then.
+    SELECT u.tsrc, u.step_id, u.hole, r.request_id, r.source_id, r.run_line
+    FROM (FROM unclaimed ANTI JOIN heads USING (tsrc, step_id)) u
+    ASOF JOIN restarts r ON r.tsrc = u.tsrc AND r.end_ns > u.end_ns
+    JOIN rq0 q ON q.source_id = r.source_id AND q.run_line = r.run_line AND q.request_id = r.request_id
+    WHERE q.arrival_ns < u.end_ns)
 SELECT * EXCLUDE (end_ns, s_from) FROM replayed
 UNION ALL
-SELECT tsrc, step_id, source_id, run_line, request_id, report_id, prompt_tokens, hole, 0, NULL, 'preempted_redo'
-FROM owned
-UNION ALL
-SELECT tsrc, step_id, source_id, run_line, request_id, report_id, prompt_tokens,
-       hole // n + CASE WHEN k <= hole % n THEN 1 ELSE 0 END, 0, NULL, 'preempted_gap'
-FROM suspects
+SELECT c.tsrc, c.step_id, c.source_id, c.run_line, c.request_id, q.report_id, q.prompt_tokens, c.hole, 0, NULL, c.basis
+FROM (SELECT *, 'preempted_gap' AS basis FROM heads UNION ALL SELECT *, 'preempted_redo' FROM redone) c
+JOIN rq0 q USING (source_id, run_line, request_id)
 UNION ALL
 -- Prefill-only steps without token counts (vLLM V0 prefill-first scheduling, SGLang extend forwards): no decode
 -- runs in them, so every token that reaches a client as one ends is the first token of a request whose prefill

@@ -87,5 +87,5 @@ def test_kv_cache_thrashing_keeps_culprits(tmp_path):
     r, sc = _judge(tmp_path)
     assert sc["recall"] >= 0.99 and sc["precision"] >= 0.99, sc
     assert sc["goodput_rel_err"] <= 0.01, sc
-    # Before wasted prefills were given an owner, this case scored 0.51.
-    assert sc["top_culprit_accuracy"] >= 0.9, sc
+    # 0.51 before cut prefills had an owner and offsets could follow the shift they cause; 0.93-0.97 over six seeds.
+    assert sc["top_culprit_accuracy"] >= 0.95, sc
