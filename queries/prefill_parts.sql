@@ -125,18 +125,16 @@ placed AS (
     ASOF LEFT JOIN anchored b ON b.source_id = q.source_id AND b.run_line = q.run_line AND b.tsrc = p.tsrc
                              AND q.c_hi >= b.c_hi
     ASOF LEFT JOIN (SELECT source_id, run_line, tsrc, -c_hi AS neg, o FROM anchored) f
-      ON f.source_id = q.source_id AND f.run_line = q.run_line AND f.tsrc = p.tsrc AND -q.c_hi >= f.neg)
-,
+      ON f.source_id = q.source_id AND f.run_line = q.run_line AND f.tsrc = p.tsrc AND -q.c_hi >= f.neg),
 replayed AS (
+    -- Each episode's place in the step stream, (s_from, s_to], cut at step boundaries.
     SELECT s.tsrc AS trace_source_id, s.step_id, q.source_id, q.run_line, q.request_id, q.report_id,
-           q.prompt_tokens,
-           least(s.s_hi, q.c_hi + q.o) - greatest(s.s_hi - s.ctx_tokens, q.c_hi - q.tokens + q.o) AS tokens,
-           greatest(s.s_hi - s.ctx_tokens, q.c_hi - q.tokens + q.o) - (q.c_hi - q.tokens + q.o) AS context_before,
-           a.agreement, 'fcfs_replay' AS basis, s.end_ns, q.c_hi - q.tokens + q.o AS s_from
-    FROM placed q
+           q.prompt_tokens, least(s.s_hi, q.s_to) - greatest(s.s_hi - s.ctx_tokens, q.s_from) AS tokens,
+           greatest(s.s_hi - s.ctx_tokens, q.s_from) - q.s_from AS context_before,
+           a.agreement, 'fcfs_replay' AS basis, s.end_ns, q.s_from
+    FROM (SELECT *, c_hi - tokens + o AS s_from, c_hi + o AS s_to FROM placed) q
     JOIN agree a ON a.source_id = q.source_id AND a.run_line = q.run_line AND a.tsrc = q.tsrc
-    JOIN st s ON s.tsrc = q.tsrc
-     AND q.c_hi - q.tokens + q.o < s.s_hi AND q.c_hi + q.o > s.s_hi - s.ctx_tokens),
+    JOIN st s ON s.tsrc = q.tsrc AND q.s_from < s.s_hi AND q.s_to > s.s_hi - s.ctx_tokens),
 unclaimed AS (
     -- Step prefill tokens the replay gave to no request: a prefill preempted before its first token (KV-cache
     -- thrashing) reaches no client, so no episode stands for it.

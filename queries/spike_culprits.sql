@@ -24,21 +24,20 @@ WITH parts AS (
                AS attn_work_share
     FROM prefill_parts),
 traced AS (
-    SELECT ss.spike_id, pp.source_id, pp.run_line, pp.request_id, pp.report_id, pp.prompt_tokens,
-           -- Token shares are of the step's own count when the trace gives it (tokens no part accounts for
-           -- stay unassigned), else of the parts found.
-           sum(ss.step_prefill_in_gap_ns * (
-                   coalesce(ss.attn_share, 0)
-                       * coalesce(pp.attn_work_share, pp.tokens / coalesce(ss.ctx_tokens, pp.part_tokens))
-                   + (1 - coalesce(ss.attn_share, 0)) * pp.tokens / coalesce(ss.ctx_tokens, pp.part_tokens)))
+    SELECT spike_id, source_id, run_line, request_id, report_id, prompt_tokens,
+           sum(step_prefill_in_gap_ns * (attn * coalesce(attn_work_share, token_share) + (1 - attn) * token_share))
                AS overlap_ns,
            'kernels' AS evidence
-    FROM spike_steps ss
-    JOIN spikes s ON s.spike_id = ss.spike_id
-    JOIN parts pp ON pp.trace_source_id = ss.source_id AND pp.step_id = ss.step_id
-    WHERE ss.step_prefill_in_gap_ns > 0
-      AND (s.level = 'step' OR (pp.source_id = s.source_id AND pp.run_line = s.run_line
-                                AND pp.request_id <> s.request_id))
+    FROM (SELECT ss.spike_id, ss.step_prefill_in_gap_ns, coalesce(ss.attn_share, 0) AS attn, pp.*,
+                 -- Of the step's own token count when the trace gives it (tokens no part accounts for stay
+                 -- unassigned), else of the parts found.
+                 pp.tokens / coalesce(ss.ctx_tokens, pp.part_tokens) AS token_share
+          FROM spike_steps ss
+          JOIN spikes s ON s.spike_id = ss.spike_id
+          JOIN parts pp ON pp.trace_source_id = ss.source_id AND pp.step_id = ss.step_id
+          WHERE ss.step_prefill_in_gap_ns > 0
+            AND (s.level = 'step' OR (pp.source_id = s.source_id AND pp.run_line = s.run_line
+                                      AND pp.request_id <> s.request_id)))
     GROUP BY ALL),
 inferred AS (
     SELECT s.spike_id, w.source_id, w.run_line, w.request_id, w.report_id, w.prompt_tokens,
