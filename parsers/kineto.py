@@ -12,20 +12,23 @@ import re
 import msgspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .base import ParseContext, Parser
+from .eventtext import event_text
 from .patterns import Pattern, Sample
 from stallscope.errors import InputError
-from stallscope.intervals import Nesting
+from stallscope.intervals import DenseKeys, Nesting
 
 VERSION = "1.0"
 
 # -- the event layout stallscope keeps: staging column <- JSON path, DuckDB type ------------------------------
 # DuckDB's json_transform pulls these out of each raw event in one parse (keys are case-sensitive, so the
-# allocator's `Bytes` never collides with a memcpy's `bytes`; a value of the wrong type becomes NULL).
+# allocator's `Bytes` never collides with a memcpy's `bytes`; a value of the wrong type becomes NULL, and a
+# numeric string such as ROCm's "pid": "6" becomes its number).
 EVENT_FIELDS = (
     ("ph", "ph", "VARCHAR"), ("cat", "cat", "VARCHAR"), ("name", "name", "VARCHAR"),
-    ("pid_s", "pid", "VARCHAR"), ("tid_s", "tid", "VARCHAR"), ("ts_txt", "ts", "VARCHAR"), ("dur", "dur", "DOUBLE"),
+    ("pid", "pid", "BIGINT"), ("tid", "tid", "BIGINT"), ("ts", "ts", "DOUBLE"), ("dur", "dur", "DOUBLE"),
 )
 ARG_FIELDS = (
     ("correlation", "correlation", "BIGINT"), ("external_id", "External id", "BIGINT"),
@@ -42,10 +45,13 @@ ARG_FIELDS = (
 )
 
 
-def _transform_spec() -> str:
+def _transform_spec(exact_ts: bool) -> str:
+    """The json_transform spec; `exact_ts` reads ts as text, for epoch-µs stamps a double cannot hold to the ns."""
     import json
 
     spec = {k: t for _, k, t in EVENT_FIELDS}
+    if exact_ts:
+        spec["ts"] = "VARCHAR"
     spec["args"] = {k: t for _, k, t in ARG_FIELDS}
     return json.dumps(spec).replace("'", "''")
 
@@ -56,7 +62,7 @@ def _staging_select() -> str:
     return ", ".join(ev + args)
 
 
-_SPEC = _transform_spec()
+_SPEC = {exact: _transform_spec(exact) for exact in (False, True)}
 _PARSE_BATCH = 16_384
 _STAGE_SELECT = _staging_select()
 _raw_list_decoder = msgspec.json.Decoder(list[msgspec.Raw])
@@ -190,11 +196,11 @@ class _Loader:
     # -- decoding ----------------------------------------------------------------------------------
     def run(self) -> None:
         ctx = self.ctx
-        dec = ctx.input.read_all()
+        dec = ctx.input.read_all(mapped=True)
         ctx.raw_bytes = len(dec.data)
         if not dec.data or (not dec.data[:4096].strip() and not dec.data.strip()):
             raise InputError(f"{ctx.path}: " + (dec.error or "no data"))
-        header, raws, cut = self._split(dec.data, dec.error)
+        header, raws, src, cut = self._split(dec.data, dec.error)
         self.header = {k: _decode_small(v) for k, v in header.items()}
         base = self.header.get("baseTimeNanoseconds")
         self.base = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else None
@@ -203,25 +209,29 @@ class _Loader:
             offset, reason, tail = cut
             ctx.reject(reason, tail, byte_offset=offset)
         del header, cut
-        self._stage(raws, self.base or 0)
+        self._stage(event_text(raws, src), self.base or 0)
         # The raw slices pin the whole decompressed file; let it go before the derivation allocates more.
         raws.clear()
-        del raws, dec
+        del raws, src, dec
         self._derive()
 
-    def _split(self, data: bytes, gzip_error: str | None):
+    def _split(self, data, gzip_error: str | None):
         """Header keys and the raw event slices; on a cut file, every complete event before the cut."""
+        if gzip_error is None and (fast := _split_object(data)) is not None:
+            return fast[0], fast[1], data, None
+        if not isinstance(data, bytes):
+            data = data[:]  # a mapped file: the slower paths below work on a copy
         try:
             top = _top_decoder.decode(data)
             if isinstance(top, dict) and "traceEvents" in top:
                 raws = _raw_list_decoder.decode(top.pop("traceEvents"))
-                return top, raws, None
+                return top, raws, data, None
             if "traceEvents" not in top:
                 raise InputError(f"{self.ctx.path}: JSON object has no traceEvents")
         except msgspec.ValidationError:
             # A bare Chrome-trace array: `[ {event}, ... ]`.
             try:
-                return {}, _raw_list_decoder.decode(data), None
+                return {}, _raw_list_decoder.decode(data), data, None
             except msgspec.DecodeError:
                 pass
         except msgspec.DecodeError:
@@ -277,17 +287,17 @@ class _Loader:
         why = gzip_error or "JSON ends early"
         reason = (f"trace cut: {why}; kept {len(raws)} complete events, dropped {len(data) - kept_end} bytes "
                   f"after decompressed byte {kept_end}")
-        return header, raws, (kept_end, reason, tail.lstrip(b", \r\n\t"))
+        return header, raws, buf, (kept_end, reason, tail.lstrip(b", \r\n\t"))
 
-    def _stage(self, raws: list, offset_ns: int) -> None:
+    def _stage(self, text: pa.Array, offset_ns: int) -> None:
         """Raw events → narrow typed staging tables, a batch at a time (memory stays bounded on huge traces).
 
-        Each batch is joined with newlines into one buffer; the Arrow string array over it is built from the
-        slice lengths alone (no per-event Python objects), and DuckDB parses the events on all cores. Each
-        parsed batch is routed at once: common columns of stored events to `_kev`, category-specific arguments
-        to `_kgpu` / `_kcpu` / `_krtx`, metadata to `_kmeta`, counts per (ph, cat, destination) to `_kacc`,
-        and broken events to `_krej`; nothing else is kept."""
+        DuckDB parses each batch of event texts on all cores into one typed table, then routes its rows by
+        destination: CPU ops to `_kcpu`, runtime calls to `_krt0`, GPU activity to `_kgpu`, metadata to
+        `_kmeta`, broken events to `_krej`, and counts per (ph, cat, destination) to `_kacc`. Each staging
+        table carries every column its canonical table needs, so no later step joins an event back together."""
         con = self.con
+        fast = " ".join(f"'{k}'" for k in sorted(set(_STORED) | _KNOWN_NOISE))
         norm = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in _CAT_NORMAL.items())
         stored_case = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in _STORED.items())
         noise = ", ".join(f"'{c}'" for c in sorted(_KNOWN_NOISE))
@@ -295,45 +305,29 @@ class _Loader:
         py_kept = "true" if self.ctx.options.keep_python_functions else "name LIKE '%execute_model'"
         # Relative timestamps (< 8e12 µs) are exact in a double; absolute epoch-µs ones (~1.7e15, old traces
         # without baseTimeNanoseconds) are not, so those go through exact decimal arithmetic.
-        ts_ns = ("CAST(round(TRY_CAST(ts_txt AS DOUBLE) * 1000) AS BIGINT)" if offset_ns else
-                 "coalesce(CAST(round(TRY_CAST(ts_txt AS DECIMAL(38, 6)) * 1000) AS BIGINT), "
-                 "CAST(round(TRY_CAST(ts_txt AS DOUBLE) * 1000) AS BIGINT))")
-        routes = {
-            "_kev": "SELECT event_id, ncat, name, pid, tid, start_ns, dur_ns, correlation, external_id FROM _kb "
-                    "WHERE stored_in NOT IN ('skipped', 'unknown', 'rejected', 'trace_threads')",
-            "_kgpu": "SELECT event_id, device, stream, grid, block, registers, shared_memory, blocks_per_sm, "
-                     "warps_per_sm, occupancy, nbytes, bandwidth, kind FROM _kb "
-                     "WHERE stored_in IN ('gpu_kernels', 'gpu_memops', 'gpu_annotations')",
-            "_kcpu": "SELECT event_id, record_function_id, python_id, python_parent_id FROM _kb "
-                     "WHERE stored_in = 'cpu_ops'",
-            "_krtx": "SELECT event_id, cbid, cid, kernel FROM _kb WHERE stored_in = 'runtime_calls'",
-            "_kmeta": "SELECT coalesce(pid_s, CAST(pid AS VARCHAR)) AS pid, coalesce(tid_s, CAST(tid AS VARCHAR)) "
-                      "AS tid, name AS kind, rtrim(coalesce(meta_name, labels)) AS value FROM _kb "
-                      "WHERE stored_in = 'trace_threads'",
-            "_kacc": "SELECT ph, cat, stored_in, count(*) AS events, min(start_ns) FILTER (WHERE ph = 'X') AS lo, "
-                     "max(start_ns + dur_ns) FILTER (WHERE ph = 'X') AS hi FROM _kb GROUP BY ph, cat, stored_in",
-            "_krej": "SELECT event_id AS record_index, CASE WHEN ph IS NULL THEN 'not a trace event (no \"ph\")' "
-                     "ELSE 'complete (X) event without ts' END AS reason, name AS raw FROM _kb "
-                     "WHERE stored_in = 'rejected'",
-        }
-        n = len(raws)
+        exact = not offset_ns
+        ts_ns = ("coalesce(CAST(round(TRY_CAST(ts AS DECIMAL(38, 6)) * 1000) AS BIGINT), "
+                 "CAST(round(TRY_CAST(ts AS DOUBLE) * 1000) AS BIGINT))" if exact else
+                 "CAST(round(ts * 1000) AS BIGINT)")
+        n = len(text)
         if n == 0:
             raise InputError(f"{self.ctx.path}: trace has no events")
+        # Per batch, three routes: CPU ops (most rows), everything else that is stored or rejected, and what is
+        # only counted. The small tables are split out of `_kother` once, at the end.
+        skipped = "('skipped', 'unknown')"
+        routes = {
+            "_kcpu": f"SELECT {', '.join(_CPU_COLS)} FROM _kb WHERE stored_in = 'cpu_ops'",
+            "_kother": "SELECT * FROM _kb WHERE stored_in NOT IN ('cpu_ops', 'skipped', 'unknown')",
+            "_kskip": f"SELECT ph, cat, stored_in, start_ns, dur_ns FROM _kb WHERE stored_in IN {skipped}",
+        }
         # Parsing runs on a cursor outside the ingest transaction: Arrow inputs registered inside it would be
         # kept alive until commit, so memory would grow with every batch.
         cur = con.cursor()
         step = max(1, self.ctx.options.chunk_events)
         parts: dict[str, list[pa.Table]] = {}
         for lo in range(0, n, step):
-            batch = raws[lo: lo + step]
-            lens = np.fromiter(map(len, batch), dtype=np.int64, count=len(batch))
-            offsets = np.zeros(len(batch) + 1, dtype=np.int64)
-            np.cumsum(lens + 1, out=offsets[1:])
-            data = b"\n".join(batch) + b"\n"  # trailing whitespace is valid JSON
-            tbl = pa.table({
-                "event_id": pa.array(np.arange(lo, lo + len(batch), dtype=np.int64)),
-                "j": pa.LargeStringArray.from_buffers(len(batch), pa.py_buffer(offsets), pa.py_buffer(data)),
-            })
+            batch = text.slice(lo, step)
+            tbl = pa.table({"event_id": pa.array(np.arange(lo, lo + len(batch), dtype=np.int64)), "j": batch})
             # Several record batches let DuckDB parse them on all cores.
             tbl = pa.Table.from_batches(tbl.to_batches(max_chunksize=_PARSE_BATCH))
             cur.register("_kraw", tbl)
@@ -341,14 +335,15 @@ class _Loader:
             # table would be kept alive until commit (MVCC), multiplying memory by the number of batches.
             kb = cur.sql(f"""
                 WITH t AS (
-                    SELECT event_id, {_STAGE_SELECT}
-                    FROM (SELECT event_id, json_transform(j, '{_SPEC}') AS e FROM _kraw)),
+                    SELECT event_id, {_STAGE_SELECT},
+                           -- Metadata names processes and threads by their raw ids, numeric or not.
+                           CASE WHEN e.ph = 'M' THEN json_extract_string(j, '$.pid') END AS pid_s,
+                           CASE WHEN e.ph = 'M' THEN json_extract_string(j, '$.tid') END AS tid_s
+                    FROM (SELECT event_id, j, json_transform(j, '{_SPEC[exact]}') AS e FROM _kraw)),
                 c AS (
-                    SELECT * EXCLUDE (pid_s, tid_s, ts_txt, dur),
-                           TRY_CAST(pid_s AS BIGINT) AS pid, TRY_CAST(tid_s AS BIGINT) AS tid,
-                           CASE WHEN TRY_CAST(pid_s AS BIGINT) IS NULL THEN pid_s END AS pid_s,
-                           CASE WHEN TRY_CAST(tid_s AS BIGINT) IS NULL THEN tid_s END AS tid_s,
-                           CASE lower(cat) {norm} ELSE cat END AS ncat,
+                    SELECT * EXCLUDE (ts, dur),
+                           CASE WHEN cat IN ({fast.replace(" ", ", ")}) THEN cat
+                                ELSE CASE lower(cat) {norm} ELSE cat END END AS ncat,
                            {ts_ns} + {offset_ns} AS start_ns,
                            greatest(CAST(round(coalesce(dur, 0) * 1000) AS BIGINT), 0) AS dur_ns
                     FROM t)
@@ -363,7 +358,7 @@ class _Loader:
                             ELSE 'unknown' END AS stored_in
                 FROM c""").to_arrow_table()
             cur.unregister("_kraw")
-            del tbl, data, batch
+            del tbl, batch
             cur.register("_kb", kb)
             for table, select in routes.items():
                 parts.setdefault(table, []).append(cur.sql(select).to_arrow_table())
@@ -371,8 +366,26 @@ class _Loader:
             del kb
             self.ctx.progress(min(lo + step, n))
         cur.close()
-        self.staged = {t: pa.concat_tables(p) for t, p in parts.items()}
-        for t, tbl in self.staged.items():
+        staged = {t: pa.concat_tables(p) for t, p in parts.items()}
+        other = staged.pop("_kother")
+        con.register("_kother", other)
+        for name, (dests, cols) in _ROUTES.items():
+            staged[name] = con.sql(f"SELECT {', '.join(cols)} FROM _kother "
+                                   f"WHERE stored_in IN ({', '.join(map(repr, dests))})").to_arrow_table()
+        con.register("_kcpu", staged["_kcpu"])
+        con.register("_kskip", staged.pop("_kskip"))
+        staged["_kacc"] = con.sql("""
+            SELECT ph, cat, stored_in, count(*) AS events, min(start_ns) FILTER (WHERE ph = 'X') AS lo,
+                   max(start_ns + dur_ns) FILTER (WHERE ph = 'X') AS hi
+            FROM (SELECT 'X' AS ph, ncat AS cat, 'cpu_ops' AS stored_in, start_ns, dur_ns FROM _kcpu
+                  UNION ALL SELECT ph, cat, stored_in, start_ns, dur_ns FROM _kother
+                  UNION ALL SELECT ph, cat, stored_in, start_ns, dur_ns FROM _kskip)
+            GROUP BY ph, cat, stored_in""").to_arrow_table()
+        for t in ("_kother", "_kskip"):
+            con.unregister(t)
+        del other
+        self.staged = staged
+        for t, tbl in staged.items():
             con.register(t, tbl)
         self.n_events = n
 
@@ -414,7 +427,9 @@ class _Loader:
         con = self.con
         self.ctx.write_sql("trace_categories",
                            "SELECT ph, cat, sum(events) AS events, stored_in FROM _kacc GROUP BY ph, cat, stored_in")
-        self.ctx.write_rejects(con.sql("SELECT * FROM _krej").to_arrow_table())
+        self.ctx.write_rejects(con.sql(
+            "SELECT event_id AS record_index, CASE WHEN ph IS NULL THEN 'not a trace event (no \"ph\")' "
+            "ELSE 'complete (X) event without ts' END AS reason, name AS raw FROM _krej").to_arrow_table())
         parsed, skipped = con.execute(
             "SELECT coalesce(sum(events) FILTER (WHERE stored_in NOT IN ('skipped', 'unknown', 'rejected')), 0), "
             "coalesce(sum(events) FILTER (WHERE stored_in IN ('skipped', 'unknown')), 0) FROM _kacc").fetchall()[0]
@@ -426,27 +441,27 @@ class _Loader:
             self.ctx.notes.append(f"unknown event categories counted, not stored: {unknown}")
 
     def _cpu_ops(self) -> None:
-        """cpu_ops with nesting depth and parent per thread (numpy sort/search, see stallscope.intervals)."""
+        """cpu_ops with nesting depth and parent per thread (numpy sort/search, see stallscope.intervals).
+
+        ATen ops and annotations nest among themselves, python functions among themselves: one nesting over
+        (pid, tid, is python) keys does both."""
         con = self.con
-        self.nest: dict[str, tuple[Nesting, np.ndarray, _Threads]] = {}
-        parts = []
-        for fam, cats in (("op", "('cpu_op', 'user_annotation')"), ("py", "('python_function')")):
-            cols = con.execute(f"SELECT event_id, coalesce(pid, -1) AS pid, coalesce(tid, -1) AS tid, start_ns, "
-                               f"start_ns + dur_ns AS end_ns FROM _kev WHERE ncat IN {cats}").fetchnumpy()
-            ev = np.asarray(cols["event_id"], dtype=np.int64)
-            threads = _Threads(np.asarray(cols["pid"], dtype=np.int64), np.asarray(cols["tid"], dtype=np.int64))
-            nest = Nesting(threads.ids, cols["start_ns"], cols["end_ns"])
-            self.nest[fam] = (nest, ev, threads)
-            parent = _take(ev, nest.parent)
-            parts.append(pa.table({"event_id": ev, "depth": nest.depth.astype(np.int32),
-                                   "parent_event_id": pa.array(parent, mask=nest.parent < 0)}))
-        con.register("_knest", pa.concat_tables(parts))
-        self.ctx.write_sql("cpu_ops", f"""
-            SELECT e.event_id, {_sql_int(self.rank)} AS rank, e.ncat AS category, e.pid, e.tid, e.start_ns,
-                   e.start_ns + e.dur_ns AS end_ns, e.dur_ns, e.name, e.external_id, c.record_function_id,
-                   c.python_id, c.python_parent_id, n.depth, n.parent_event_id
-            FROM _kev e JOIN _kcpu c USING (event_id) JOIN _knest n USING (event_id)""")
-        con.unregister("_knest")
+        ops = self.staged["_kcpu"]
+        py = pc.equal(ops["ncat"], "python_function").to_numpy(zero_copy_only=False).astype(np.int64)
+        threads = DenseKeys(_ints(ops["pid"]), _ints(ops["tid"]), py)
+        start = _ints(ops["start_ns"])
+        nest = Nesting(threads.ids, start, start + _ints(ops["dur_ns"]))
+        ev = _ints(ops["event_id"])
+        self.nest = (nest, ev, threads)
+        parent = _take(ev, nest.parent)
+        self.ctx.write("cpu_ops", pa.table({
+            "event_id": ev, "rank": pa.nulls(len(ev), pa.int32()) if self.rank is None else np.full(len(ev), self.rank,
+                                                                                                      np.int32),
+            "category": ops["ncat"], "pid": ops["pid"], "tid": ops["tid"], "start_ns": ops["start_ns"],
+            "end_ns": pc.add(ops["start_ns"], ops["dur_ns"]), "dur_ns": ops["dur_ns"], "name": ops["name"],
+            "external_id": ops["external_id"], "record_function_id": ops["record_function_id"],
+            "python_id": ops["python_id"], "python_parent_id": ops["python_parent_id"],
+            "depth": nest.depth.astype(np.int32), "parent_event_id": pa.array(parent, mask=parent < 0)}))
         # Later steps look ranges up in the canonical table itself.
         con.execute(f"CREATE OR REPLACE TEMP VIEW _kops AS SELECT *, CASE WHEN category = 'python_function' "
                     f"THEN 'py' ELSE 'op' END AS fam FROM cpu_ops WHERE source_id = {self.sid}")
@@ -491,16 +506,17 @@ class _Loader:
                    regexp_matches(name, '(?i)(launch|graphlaunch)') AND NOT regexp_matches(name, '(?i)hostfunc')
                        AS is_launch,
                    regexp_matches(name, '(?i)graphlaunch') AS is_graph_launch
-            FROM _kev JOIN _krtx USING (event_id)""")
+            FROM _krt0""")
         # The innermost enclosing range at each call, among cpu_op/user_annotation ranges on the launching
         # thread, else among python_function ranges (CUDA-graph replays have no enclosing ATen op).
         pts = con.execute("SELECT event_id, coalesce(pid, -1) AS pid, coalesce(tid, -1) AS tid, start_ns "
                           "FROM _krt").fetchnumpy()
         rt_ev = np.asarray(pts["event_id"], dtype=np.int64)
+        nest, ev, threads = self.nest
+        pid, tid = np.asarray(pts["pid"], dtype=np.int64), np.asarray(pts["tid"], dtype=np.int64)
         found = {}
-        for fam in ("op", "py"):
-            nest, ev, threads = self.nest[fam]
-            th = threads.lookup(np.asarray(pts["pid"], dtype=np.int64), np.asarray(pts["tid"], dtype=np.int64))
+        for fam, py in (("op", 0), ("py", 1)):
+            th = threads.lookup(pid, tid, np.full(len(pid), py))
             idx = np.full(len(rt_ev), -1, dtype=np.int64)
             has = th >= 0
             if has.any() and nest.n:
@@ -544,28 +560,29 @@ class _Loader:
             LEFT JOIN _klaunch l ON l.correlation = k.correlation
             LEFT JOIN runtime_calls r ON r.source_id = {self.sid} AND r.event_id = l.launch_event_id"""
         w("gpu_kernels", f"""
-            SELECT k.event_id, {rank} AS rank, CAST(coalesce(g.device, k.pid) AS INTEGER) AS device,
-                   CAST(coalesce(g.stream, k.tid) AS INTEGER) AS stream, k.start_ns, k.start_ns + k.dur_ns AS end_ns,
+            SELECT k.event_id, {rank} AS rank, CAST(coalesce(k.device, k.pid) AS INTEGER) AS device,
+                   CAST(coalesce(k.stream, k.tid) AS INTEGER) AS stream, k.start_ns, k.start_ns + k.dur_ns AS end_ns,
                    k.dur_ns, k.name, k.correlation, k.external_id,
-                   g.grid[1] AS grid_x, g.grid[2] AS grid_y, g.grid[3] AS grid_z,
-                   g.block[1] AS block_x, g.block[2] AS block_y, g.block[3] AS block_z,
-                   g.registers AS registers_per_thread, g.shared_memory AS shared_memory_bytes,
-                   g.blocks_per_sm, g.warps_per_sm, g.occupancy AS occupancy_pct,
+                   k.grid[1] AS grid_x, k.grid[2] AS grid_y, k.grid[3] AS grid_z,
+                   k.block[1] AS block_x, k.block[2] AS block_y, k.block[3] AS block_z,
+                   k.registers AS registers_per_thread, k.shared_memory AS shared_memory_bytes,
+                   k.blocks_per_sm, k.warps_per_sm, k.occupancy AS occupancy_pct,
                    l.launch_event_id, r.cpu_op_event_id, r.cpu_link, r.is_graph_launch AS graph_launch, r.step_id
-            FROM _kev k JOIN _kgpu g USING (event_id) {launch_join} WHERE k.ncat = 'kernel'""")
+            FROM _kgpu k {launch_join} WHERE k.ncat = 'kernel'""")
         w("gpu_memops", f"""
             SELECT k.event_id, {rank} AS rank, CASE k.ncat WHEN 'gpu_memcpy' THEN 'memcpy' ELSE 'memset' END AS kind,
-                   CAST(coalesce(g.device, k.pid) AS INTEGER) AS device,
-                   CAST(coalesce(g.stream, k.tid) AS INTEGER) AS stream, k.start_ns, k.start_ns + k.dur_ns AS end_ns,
-                   k.dur_ns, k.name, TRY_CAST(g.nbytes AS BIGINT) AS bytes, g.bandwidth AS bandwidth_gbps,
-                   g.kind AS copy_kind, k.correlation, k.external_id, l.launch_event_id, r.step_id
-            FROM _kev k JOIN _kgpu g USING (event_id) {launch_join} WHERE k.ncat IN ('gpu_memcpy', 'gpu_memset')""")
+                   CAST(coalesce(k.device, k.pid) AS INTEGER) AS device,
+                   CAST(coalesce(k.stream, k.tid) AS INTEGER) AS stream, k.start_ns, k.start_ns + k.dur_ns AS end_ns,
+                   k.dur_ns, k.name, TRY_CAST(k.nbytes AS BIGINT) AS bytes, k.bandwidth AS bandwidth_gbps,
+                   k.kind AS copy_kind, k.correlation, k.external_id, l.launch_event_id, r.step_id
+            FROM _kgpu k {launch_join} WHERE k.ncat IN ('gpu_memcpy', 'gpu_memset')""")
         w("gpu_annotations", f"""
             SELECT event_id, {rank} AS rank, CAST(coalesce(device, pid) AS INTEGER) AS device,
                    CAST(coalesce(stream, tid) AS INTEGER) AS stream, start_ns, start_ns + dur_ns AS end_ns, dur_ns,
                    name, external_id
-            FROM _kev JOIN _kgpu USING (event_id) WHERE ncat = 'gpu_user_annotation'""")
-        w("trace_threads", "SELECT pid, tid, kind, value FROM _kmeta")
+            FROM _kgpu WHERE ncat = 'gpu_user_annotation'""")
+        w("trace_threads", "SELECT coalesce(pid_s, CAST(pid AS VARCHAR)) AS pid, coalesce(tid_s, CAST(tid AS VARCHAR)) "
+                           "AS tid, name AS kind, rtrim(coalesce(meta_name, labels)) AS value FROM _kmeta")
         con.execute("DROP TABLE _klaunch")
 
     def _steps(self) -> None:
@@ -706,30 +723,61 @@ class _Loader:
                      js(other), self.n_events, self.truncated, span[0], span[1]])
 
 
+# Staging tables: which parsed events each keeps (by destination) and the columns it needs downstream.
+_COMMON = ("event_id", "ncat", "name", "pid", "tid", "start_ns", "dur_ns", "external_id")
+_CPU_COLS = _COMMON + ("record_function_id", "python_id", "python_parent_id")
+_ROUTES = {
+    "_krt0": (("runtime_calls",), _COMMON + ("correlation", "cbid", "cid", "kernel")),
+    "_kgpu": (("gpu_kernels", "gpu_memops", "gpu_annotations"),
+              _COMMON + ("correlation", "device", "stream", "grid", "block", "registers", "shared_memory",
+                         "blocks_per_sm", "warps_per_sm", "occupancy", "nbytes", "bandwidth", "kind")),
+    "_kmeta": (("trace_threads",), ("pid", "tid", "pid_s", "tid_s", "name", "meta_name", "labels")),
+    "_krej": (("rejected",), ("event_id", "ph", "name")),
+}
+
+
+def _ints(col) -> np.ndarray:
+    """An integer Arrow column as int64 numpy, nulls as -1."""
+    return pc.fill_null(col, -1).to_numpy().astype(np.int64, copy=False)
+
+
+def _split_object(data):
+    """`{..., "traceEvents": [...], ...}` in one pass over the events: the header is decoded from the bytes around
+    the array, whose end is the last `]` after which the document closes validly. None when that does not work
+    out (no such key, a bare array, a cut or malformed file): the caller then decodes the whole document."""
+    key = data.find(b'"traceEvents"')
+    if key < 0:
+        return None
+    colon = data.find(b":", key)
+    start = data.find(b"[", colon)
+    if colon < 0 or start < 0 or data[key + 13: start].strip(b" \t\r\n:") != b"":
+        return None
+    prefix = data[:start]
+    end, floor = len(data), max(start, len(data) - (1 << 20))
+    for _ in range(64):
+        end = data.rfind(b"]", floor, end)
+        if end < 0:
+            return None
+        try:
+            header = _top_decoder.decode(prefix + b"[]" + data[end + 1:])
+        except msgspec.DecodeError:
+            continue
+        if bytes(header.get("traceEvents", b"")) != b"[]":
+            return None
+        try:
+            raws = _raw_list_decoder.decode(memoryview(data)[start: end + 1])
+        except msgspec.DecodeError:
+            return None
+        del header["traceEvents"]
+        return header, raws
+    return None
+
+
 def _decode_small(raw) -> object:
     try:
         return msgspec.json.decode(raw)
     except msgspec.DecodeError:
         return None
-
-
-class _Threads:
-    """Dense ids for (pid, tid) pairs, and lookups of other pairs (-1 when unseen): sort-based, no Python loop."""
-
-    def __init__(self, pid: np.ndarray, tid: np.ndarray):
-        self.pids, p = np.unique(pid, return_inverse=True)
-        self.tids, t = np.unique(tid, return_inverse=True)
-        self.keys, self.ids = np.unique(p.astype(np.int64) * len(self.tids) + t, return_inverse=True)
-
-    def lookup(self, pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
-        if len(self.keys) == 0:
-            return np.full(len(pid), -1, dtype=np.int64)
-        pi = np.clip(np.searchsorted(self.pids, pid), 0, len(self.pids) - 1)
-        ti = np.clip(np.searchsorted(self.tids, tid), 0, len(self.tids) - 1)
-        known = (self.pids[pi] == pid) & (self.tids[ti] == tid)
-        key = pi.astype(np.int64) * len(self.tids) + ti
-        ki = np.clip(np.searchsorted(self.keys, key), 0, len(self.keys) - 1)
-        return np.where(known & (self.keys[ki] == key), ki, -1)
 
 
 def _take(values: np.ndarray, idx: np.ndarray) -> np.ndarray:

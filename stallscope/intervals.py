@@ -2,11 +2,12 @@
 
 Ranges are half-open [start, end) on a thread (a dense int id). Ties at one instant order as: ranges that end
 there, then ranges that start there (longest first), then zero-length ranges' ends, then query points. Depth is the number of ranges open just before a range starts (0 = outermost). Everything is numpy
-sorting and searching, never a loop over events.
+sorting and searching, never a loop over events. The big sorts go to polars, which sorts on all cores.
 """
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 
 
 class Nesting:
@@ -26,10 +27,12 @@ class Nesting:
         self.width = self.hi + 2
         if nthreads * self.width >= 2**62:
             raise OverflowError("trace spans too long for nesting keys")
-        self.order = np.lexsort((np.arange(n), start - end, s2, thread))  # start - end: longer first
+        # By thread, start, then longer first (start - end ascending); a stable sort keeps input order in ties.
+        self.order = pl.DataFrame({"t": thread, "s": s2, "d": start - end}).select(
+            pl.arg_sort_by(["t", "s", "d"], maintain_order=True)).to_series().to_numpy().astype(np.int64)
         self.s_th = thread[self.order]
         self.s_key = self._key(self.s_th, s2[self.order])
-        self.e_key = np.sort(self._key(thread, e2))
+        self.e_key = _sort(self._key(thread, e2))
         pos = np.arange(n, dtype=np.int64)
         # Starts before this one (all threads) minus ends at or before its instant (all threads): earlier
         # threads balance out, leaving the ranges of this thread still open.
@@ -37,7 +40,7 @@ class Nesting:
         self.depth = np.empty(n, dtype=np.int64)
         self.depth[self.order] = depth_sorted
         self.max_depth = int(depth_sorted.max()) if n else 0
-        self.bd_key = np.sort(self._dkey(self.s_th, depth_sorted, pos))
+        self.bd_key = _sort(self._dkey(self.s_th, depth_sorted, pos))
         parent_sorted = self._last_at_depth(self.s_th, depth_sorted - 1, pos)
         self.parent = np.full(n, -1, dtype=np.int64)
         self.parent[self.order] = parent_sorted
@@ -77,3 +80,29 @@ class Nesting:
         # Ranges that overlap without nesting can fool the count: keep only a candidate that contains the point.
         c = np.where(cand >= 0, cand, 0)
         return np.where((cand >= 0) & (self.end[c] > q_t), cand, -1)
+
+
+def _sort(a: np.ndarray) -> np.ndarray:
+    return pl.Series(a).sort().to_numpy() if len(a) > 100_000 else np.sort(a)
+
+
+class DenseKeys:
+    """Dense ids 0..k-1 for the distinct rows of some int64 key columns, and lookups of other rows (-1 if unseen)."""
+
+    def __init__(self, *cols: np.ndarray):
+        frame = _frame(cols)
+        self.names = frame.columns
+        self.keys = frame.unique().with_row_index("id")
+        self.ids = self._join(frame)
+        self.count = self.keys.height
+
+    def lookup(self, *cols: np.ndarray) -> np.ndarray:
+        return self._join(_frame(cols))
+
+    def _join(self, frame: pl.DataFrame) -> np.ndarray:
+        ids = frame.join(self.keys, on=self.names, how="left", maintain_order="left")["id"]
+        return ids.fill_null(-1).to_numpy().astype(np.int64)
+
+
+def _frame(cols) -> pl.DataFrame:
+    return pl.DataFrame({f"k{i}": np.asarray(c, dtype=np.int64) for i, c in enumerate(cols)})
