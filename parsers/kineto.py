@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import re
+from concurrent.futures import ThreadPoolExecutor
 import msgspec
 import numpy as np
 import pyarrow as pa
@@ -365,35 +366,35 @@ class _Loader:
             cur.unregister("_kb")
             del kb
             self.ctx.progress(min(lo + step, n))
-        cur.close()
         staged = {t: pa.concat_tables(p) for t, p in parts.items()}
         other = staged.pop("_kother")
-        con.register("_kother", other)
+        cur.register("_kother", other)
         for name, (dests, cols) in _ROUTES.items():
-            staged[name] = con.sql(f"SELECT {', '.join(cols)} FROM _kother "
+            staged[name] = cur.sql(f"SELECT {', '.join(cols)} FROM _kother "
                                    f"WHERE stored_in IN ({', '.join(map(repr, dests))})").to_arrow_table()
-        con.register("_kcpu", staged["_kcpu"])
-        con.register("_kskip", staged.pop("_kskip"))
-        staged["_kacc"] = con.sql("""
+        cur.register("_kcpu", staged["_kcpu"])
+        cur.register("_kskip", staged.pop("_kskip"))
+        staged["_kacc"] = cur.sql("""
             SELECT ph, cat, stored_in, count(*) AS events, min(start_ns) FILTER (WHERE ph = 'X') AS lo,
                    max(start_ns + dur_ns) FILTER (WHERE ph = 'X') AS hi
             FROM (SELECT 'X' AS ph, ncat AS cat, 'cpu_ops' AS stored_in, start_ns, dur_ns FROM _kcpu
                   UNION ALL SELECT ph, cat, stored_in, start_ns, dur_ns FROM _kother
                   UNION ALL SELECT ph, cat, stored_in, start_ns, dur_ns FROM _kskip)
             GROUP BY ph, cat, stored_in""").to_arrow_table()
-        for t in ("_kother", "_kskip"):
-            con.unregister(t)
-        del other
+        cur.close()
         self.staged = staged
-        for t, tbl in staged.items():
-            con.register(t, tbl)
         self.n_events = n
 
     # -- derivation (SQL) --------------------------------------------------------------------------
     def _derive(self) -> None:
-        con, ctx = self.con, self.ctx
+        ctx = self.ctx
         h, base = self.header, self.base
-        lo, hi = con.execute("SELECT min(lo), max(hi) FROM _kacc WHERE stored_in <> 'rejected'").fetchall()[0]
+        # Derivation queries run on a cursor of their own, reading the staged Arrow tables: the ingest
+        # connection only writes (Arrow registered inside its transaction would be held until commit).
+        self.dc = dc = self.con.cursor()
+        for t, tbl in self.staged.items():
+            dc.register(t, tbl)
+        lo, hi = dc.execute("SELECT min(lo), max(hi) FROM _kacc WHERE stored_in <> 'rejected'").fetchall()[0]
         if base is not None:
             mode = "relative_to_base"
             ctx.set_clock("trace_base_time", f"abs_ns = baseTimeNanoseconds ({base}) + round(ts*1000)")
@@ -409,43 +410,61 @@ class _Loader:
         self.rank = rank
         ctx.first_ns, ctx.last_ns = lo, hi
         self._account()
-        self._cpu_ops()
-        self._steps_windows()
-        self._runtime()
-        self._gpu()
-        self._steps()
+        cpu_rows = self._cpu_ops()
+        # The links and steps are derived while the ingest connection inserts cpu_ops (most of the rows) on
+        # another core; their rows are written after.
+        dc.execute("CREATE TEMP VIEW _kops AS SELECT event_id, ncat AS category, pid, tid, start_ns, "
+                        "start_ns + dur_ns AS end_ns, name, external_id, CASE WHEN ncat = 'python_function' "
+                        "THEN 'py' ELSE 'op' END AS fam FROM _kcpu")
+        self.out: dict[str, pa.Table] = {}
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            writing = pool.submit(ctx.write, "cpu_ops", cpu_rows)
+            try:
+                self._steps_windows()
+                self._runtime()
+                self._gpu()
+                self._steps()
+            finally:
+                write_error = writing.exception()
+        if write_error is not None:
+            raise write_error
+        del cpu_rows
+        for table, rows in self.out.items():
+            ctx.write(table, rows)
         self._meta(h, base, mode, rank, dist, lo, hi)
-        for t in self.staged:
-            con.unregister(t)
+        dc.close()
         self.staged.clear()
-        for t in ("_kwin", "_krt"):
-            con.execute(f"DROP TABLE IF EXISTS {t}")
-        con.execute("DROP VIEW IF EXISTS _kops")
+        self.out.clear()
+
+    def _emit(self, table: str, select_sql: str) -> None:
+        """Rows for a canonical table, computed now on the derivation cursor and written after cpu_ops."""
+        rows = self.dc.sql(select_sql).to_arrow_table()
+        self.out[table] = rows
+        self.dc.register(f"_o_{table}", rows)
 
     def _account(self) -> None:
         """trace_categories and the parsed / skipped / rejected counts every event falls into."""
-        con = self.con
-        self.ctx.write_sql("trace_categories",
-                           "SELECT ph, cat, sum(events) AS events, stored_in FROM _kacc GROUP BY ph, cat, stored_in")
-        self.ctx.write_rejects(con.sql(
+        dc = self.dc
+        self.ctx.write("trace_categories", dc.sql(
+            "SELECT ph, cat, sum(events) AS events, stored_in FROM _kacc GROUP BY ph, cat, stored_in").to_arrow_table())
+        self.ctx.write_rejects(dc.sql(
             "SELECT event_id AS record_index, CASE WHEN ph IS NULL THEN 'not a trace event (no \"ph\")' "
             "ELSE 'complete (X) event without ts' END AS reason, name AS raw FROM _krej").to_arrow_table())
-        parsed, skipped = con.execute(
+        parsed, skipped = dc.execute(
             "SELECT coalesce(sum(events) FILTER (WHERE stored_in NOT IN ('skipped', 'unknown', 'rejected')), 0), "
             "coalesce(sum(events) FILTER (WHERE stored_in IN ('skipped', 'unknown')), 0) FROM _kacc").fetchall()[0]
         self.ctx.counts.parsed += int(parsed)
         self.ctx.counts.skipped += int(skipped)
-        unknown = con.execute("SELECT string_agg(DISTINCT coalesce(cat, '(none)'), ', ') FROM _kacc "
-                              "WHERE stored_in = 'unknown'").fetchall()[0][0]
+        unknown = dc.execute("SELECT string_agg(DISTINCT coalesce(cat, '(none)'), ', ') FROM _kacc "
+                             "WHERE stored_in = 'unknown'").fetchall()[0][0]
         if unknown:
             self.ctx.notes.append(f"unknown event categories counted, not stored: {unknown}")
 
-    def _cpu_ops(self) -> None:
-        """cpu_ops with nesting depth and parent per thread (numpy sort/search, see stallscope.intervals).
+    def _cpu_ops(self) -> pa.Table:
+        """cpu_ops rows with nesting depth and parent per thread (numpy sort/search, see stallscope.intervals).
 
         ATen ops and annotations nest among themselves, python functions among themselves: one nesting over
         (pid, tid, is python) keys does both."""
-        con = self.con
         ops = self.staged["_kcpu"]
         py = pc.equal(ops["ncat"], "python_function").to_numpy(zero_copy_only=False).astype(np.int64)
         threads = DenseKeys(_ints(ops["pid"]), _ints(ops["tid"]), py)
@@ -454,21 +473,18 @@ class _Loader:
         ev = _ints(ops["event_id"])
         self.nest = (nest, ev, threads)
         parent = _take(ev, nest.parent)
-        self.ctx.write("cpu_ops", pa.table({
+        return pa.table({
             "event_id": ev, "rank": pa.nulls(len(ev), pa.int32()) if self.rank is None else np.full(len(ev), self.rank,
                                                                                                       np.int32),
             "category": ops["ncat"], "pid": ops["pid"], "tid": ops["tid"], "start_ns": ops["start_ns"],
             "end_ns": pc.add(ops["start_ns"], ops["dur_ns"]), "dur_ns": ops["dur_ns"], "name": ops["name"],
             "external_id": ops["external_id"], "record_function_id": ops["record_function_id"],
             "python_id": ops["python_id"], "python_parent_id": ops["python_parent_id"],
-            "depth": nest.depth.astype(np.int32), "parent_event_id": pa.array(parent, mask=parent < 0)}))
-        # Later steps look ranges up in the canonical table itself.
-        con.execute(f"CREATE OR REPLACE TEMP VIEW _kops AS SELECT *, CASE WHEN category = 'python_function' "
-                    f"THEN 'py' ELSE 'op' END AS fam FROM cpu_ops WHERE source_id = {self.sid}")
+            "depth": nest.depth.astype(np.int32), "parent_event_id": pa.array(parent, mask=parent < 0)})
 
     def _steps_windows(self) -> None:
         """Candidate step windows: execute_model python functions (best family present), else annotations."""
-        con = self.con
+        con = self.dc
         win_rx = _P["vllm_execute_model_window"].regex
         con.execute(f"""
             CREATE TEMP TABLE _kwin AS
@@ -498,7 +514,7 @@ class _Loader:
 
     def _runtime(self) -> None:
         """runtime_calls, linked to the innermost enclosing CPU op (External id first, then time containment)."""
-        con = self.con
+        con = self.dc
         con.execute("""
             CREATE TEMP TABLE _krt AS
             SELECT event_id, ncat AS category, pid, tid, start_ns, start_ns + dur_ns AS end_ns, dur_ns, name,
@@ -540,7 +556,7 @@ class _Loader:
                         WHEN c.py_id IS NOT NULL THEN 'containment_python' END AS cpu_link
             FROM _krt r LEFT JOIN ext USING (event_id) LEFT JOIN _kcont c USING (event_id)""")
         con.unregister("_kcont")
-        self.ctx.write_sql("runtime_calls", f"""
+        self._emit("runtime_calls", f"""
             SELECT r.event_id, {_sql_int(self.rank)} AS rank, r.category, r.pid, r.tid, r.start_ns, r.end_ns,
                    r.dur_ns, r.name, r.correlation, r.external_id, r.cbid, r.kernel_name, r.is_launch,
                    r.is_graph_launch, l.op_id AS cpu_op_event_id, l.cpu_link, w.step_id
@@ -550,15 +566,15 @@ class _Loader:
 
     def _gpu(self) -> None:
         """gpu_kernels, gpu_memops, gpu_annotations, each linked to its launch by correlation."""
-        con, w = self.con, self.ctx.write_sql
+        con, w = self.dc, self._emit
         rank = _sql_int(self.rank)
         con.execute(f"""
             CREATE TEMP TABLE _klaunch AS
             SELECT correlation, arg_min(event_id, (category <> 'cuda_runtime', event_id)) AS launch_event_id
-            FROM runtime_calls WHERE source_id = {self.sid} AND correlation IS NOT NULL GROUP BY correlation""")
+            FROM _o_runtime_calls WHERE correlation IS NOT NULL GROUP BY correlation""")
         launch_join = f"""
             LEFT JOIN _klaunch l ON l.correlation = k.correlation
-            LEFT JOIN runtime_calls r ON r.source_id = {self.sid} AND r.event_id = l.launch_event_id"""
+            LEFT JOIN _o_runtime_calls r ON r.event_id = l.launch_event_id"""
         w("gpu_kernels", f"""
             SELECT k.event_id, {rank} AS rank, CAST(coalesce(k.device, k.pid) AS INTEGER) AS device,
                    CAST(coalesce(k.stream, k.tid) AS INTEGER) AS stream, k.start_ns, k.start_ns + k.dur_ns AS end_ns,
@@ -587,7 +603,7 @@ class _Loader:
 
     def _steps(self) -> None:
         """steps: windows + the best composition annotation overlapping each + GPU work launched inside."""
-        con = self.con
+        con = self.dc
         comp_cols = ["c_total", "ctx_reqs", "ctx_tokens", "gen_reqs", "gen_tokens", "new_reqs", "cached_reqs",
                      "ctx_sum_kv", "ctx_sum_qq", "ctx_sum_qkv", "gen_sum_kv", "gen_sum_qkv", "batch_size", "sg_mixed"]
         d, q, c, s = (_P[n].regex for n in ("vllm_detailed", "vllm_context_generation_qk",
@@ -647,7 +663,7 @@ class _Loader:
         pick = ",\n".join(f"arg_min(a.{col}, (a.prio, -a.overlap)) FILTER (WHERE a.{col} IS NOT NULL) AS {col}"
                           for col in comp_cols)
         sid = self.sid
-        self.ctx.write_sql("steps", f"""
+        self._emit("steps", f"""
             WITH ann AS (
                 SELECT w.step_id, a.*, least(w.end_ns, a.end_ns) - greatest(w.start_ns, a.start_ns) AS overlap
                 FROM _kwin w JOIN _kcomp a ON a.pid = w.pid AND a.start_ns < w.end_ns AND a.end_ns > w.start_ns),
@@ -656,9 +672,9 @@ class _Loader:
                        arg_min(a.kind, (a.prio, -a.overlap)) AS annotation_kind, {pick}
                 FROM ann a GROUP BY a.step_id),
             gpu AS (
-                SELECT step_id, start_ns, end_ns, 1 AS is_kernel FROM gpu_kernels WHERE source_id = {sid} AND step_id IS NOT NULL
+                SELECT step_id, start_ns, end_ns, 1 AS is_kernel FROM _o_gpu_kernels WHERE step_id IS NOT NULL
                 UNION ALL
-                SELECT step_id, start_ns, end_ns, 0 FROM gpu_memops WHERE source_id = {sid} AND step_id IS NOT NULL),
+                SELECT step_id, start_ns, end_ns, 0 FROM _o_gpu_memops WHERE step_id IS NOT NULL),
             isl AS (
                 SELECT step_id, start_ns, end_ns,
                        max(end_ns) OVER (PARTITION BY step_id ORDER BY start_ns, end_ns
@@ -670,8 +686,8 @@ class _Loader:
             agg AS (
                 SELECT step_id, min(start_ns) AS gs, max(end_ns) AS ge, sum(is_kernel) AS kernels FROM gpu GROUP BY step_id),
             graphs AS (
-                SELECT step_id, count(*) FILTER (WHERE is_graph_launch) AS n FROM runtime_calls
-                WHERE source_id = {sid} AND step_id IS NOT NULL GROUP BY step_id)
+                SELECT step_id, count(*) FILTER (WHERE is_graph_launch) AS n FROM _o_runtime_calls
+                WHERE step_id IS NOT NULL GROUP BY step_id)
             SELECT {_sql_int(self.rank)} AS rank, w.step_id, CAST(w.step_index AS INTEGER) AS step_index, w.marker,
                    w.name AS marker_name, c.annotation, c.annotation_kind,
                    CASE WHEN c.ctx_reqs IS NULL OR c.gen_reqs IS NULL THEN
@@ -703,8 +719,8 @@ class _Loader:
         elif keys & {"cupti_version", "cuda_runtime_version", "cuda_driver_version"}:
             vendor = "nvidia"
         else:
-            row = con.execute(f"""SELECT count(*) FILTER (WHERE name LIKE 'hip%'), count(*) FILTER (WHERE name LIKE 'cu%')
-                                  FROM runtime_calls WHERE source_id = {self.sid}""").fetchall()[0]
+            row = self.dc.execute("""SELECT count(*) FILTER (WHERE name LIKE 'hip%'), count(*) FILTER (WHERE name LIKE 'cu%')
+                                     FROM _o_runtime_calls""").fetchall()[0]
             vendor = "amd" if row[0] > row[1] else ("nvidia" if row[1] else None)
         other = {k: v for k, v in h.items() if k not in ("schemaVersion", "baseTimeNanoseconds", "displayTimeUnit",
                                                          "deviceProperties", "distributedInfo")}
