@@ -1,14 +1,22 @@
-"""Raw JSON event slices as one Arrow string column, without copying the events out of the decoded trace.
+"""The events of a JSON array as one Arrow string column, without copying them out of the decoded trace.
 
-msgspec splits `traceEvents` into `Raw` slices that point into the decompressed buffer. Joining them into a
-new buffer costs a full copy of the trace and, on a VM, most of a second per 500 MB in page faults. Trace
-writers (Kineto, TraceLens, orjson/json dumps) put the same separator between every two events, so each
-event's offset follows from the lengths alone; the offsets are checked against the buffer (every event opens
-with `{`, closes with `}` and is followed by exactly that separator) and the column is built as an Arrow
-string *view* array over the original buffer. Anything irregular falls back to the joining copy.
+The column is an Arrow string *view* array over the original buffer: one 16-byte view (length, first bytes,
+offset) per event. Two ways find where the events are:
+
+- by layout (`split_by_layout`): trace writers put the same separator between every two events, and Kineto,
+  `json.dump(indent=...)` and line-per-event writers put a newline in it. A newline cannot occur inside a
+  JSON string, so `}` + separator + `{` marks exactly the event boundaries of such a file, and numpy finds
+  them all in one scan, without decoding anything. The events themselves are validated when DuckDB parses
+  them; a file this guess gets wrong fails there, and the caller falls back to:
+- by decoding (`event_text`): msgspec splits the array into `Raw` slices (validating the JSON); their
+  offsets follow from their lengths when the separator is regular (checked against the buffer), else the
+  slices are joined into a new buffer.
 """
 from __future__ import annotations
 
+import re
+
+import msgspec
 import numpy as np
 import pyarrow as pa
 
@@ -16,6 +24,55 @@ _WINDOW_BITS = 30  # view offsets are int32: each view buffer is a 2 GiB window 
 _WINDOW = 1 << _WINDOW_BITS
 _INLINE = 12  # Arrow inlines strings of at most 12 bytes in the view itself
 _VIEW = np.dtype([("len", "<i4"), ("prefix", "<u4"), ("buf", "<i4"), ("off", "<i4")])
+
+
+_SEPARATOR = re.compile(rb"\}(\s*,\s*)\{")
+_SCAN = 1 << 22  # bytes compared per numpy step: the scratch mask stays small
+
+
+def split_by_layout(src, lo: int, hi: int) -> pa.Array | None:
+    """The events between byte `lo` and `hi` (inside the array's brackets) when a newline-bearing separator
+    splits them all; None otherwise (compact separators, a single event, no objects)."""
+    first = src.find(b"{", lo, hi)
+    last = src.rfind(b"}", lo, hi)
+    if first < 0 or last <= first or src[lo:first].strip() or src[last + 1:hi].strip():
+        return None
+    sep = _first_separator(src, first, min(hi, first + (1 << 20)))
+    if sep is None:
+        return None
+    pat = b"}" + sep + b"{"
+    k = len(pat) - 1
+    buf = np.frombuffer(src, dtype=np.uint8)
+    scratch = np.empty(_SCAN, dtype=bool)
+    found = [np.array([first], dtype=np.int64)]
+    for a in range(first + k, last, _SCAN):
+        b = min(a + _SCAN, last)
+        at = np.flatnonzero(np.equal(buf[a:b], pat[-1], out=scratch[: b - a])) + a
+        ok = np.ones(len(at), dtype=bool)
+        for j, byte in enumerate(pat[:-1]):
+            ok &= buf[at - k + j] == byte
+        found.append(at[ok])
+    starts = np.concatenate(found)
+    ends = np.empty_like(starts)
+    ends[:-1] = starts[1:] - len(sep)
+    ends[-1] = last + 1
+    lens = ends - starts
+    if lens.max() >= _WINDOW:
+        return None
+    return _views(buf, starts, lens, src)
+
+
+def _first_separator(src, first: int, stop: int) -> bytes | None:
+    """What follows the first event: the `,` and whitespace up to the next `{`, if it holds a newline."""
+    head = bytes(src[first:stop])
+    for m in _SEPARATOR.finditer(head):
+        try:
+            event = msgspec.json.decode(head[: m.start() + 1])
+        except msgspec.DecodeError:
+            continue  # a `}, {` inside the first event
+        sep = m.group(1)
+        return sep if isinstance(event, dict) and b"\n" in sep else None
+    return None
 
 
 def event_text(raws: list, src) -> pa.Array:

@@ -1,22 +1,24 @@
 """PyTorch-profiler (Kineto) Chrome-trace JSON, plain or gzip, NVIDIA and ROCm, into the GPU-timeline tables.
 
-Decoding: msgspec splits `traceEvents` into raw slices, then decodes batches of them into typed structs
-(only the fields stallscope stores), so memory stays bounded by the batch and the JSON is scanned at
-C speed. Columns are pulled out with C-level `map`, handed to DuckDB as Arrow, and every derivation
-(clock, category routing, CPU-GPU links, nesting depth, steps) is SQL over a staging table.
+Pipeline: the file is mapped (or gunzipped) once; the header is decoded from the bytes around the
+`traceEvents` array, and the events become an Arrow string-view column over that same buffer
+(`eventtext`: found by layout, else by msgspec decoding). DuckDB parses the events a batch at a time on all
+cores (`json_transform`, only the fields stallscope stores) into narrow per-destination Arrow staging tables.
+CPU-op nesting is numpy/polars sorting (`stallscope.intervals`); the CPU-GPU links, step windows and step
+composition are SQL on a cursor of their own over the staged tables; the ingest connection only writes.
 """
 from __future__ import annotations
 
 import gc
 import re
-from concurrent.futures import ThreadPoolExecutor
+import duckdb
 import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .base import ParseContext, Parser
-from .eventtext import event_text
+from .eventtext import event_text, split_by_layout
 from .patterns import Pattern, Sample
 from stallscope.errors import InputError
 from stallscope.intervals import DenseKeys, Nesting
@@ -201,7 +203,7 @@ class _Loader:
         ctx.raw_bytes = len(dec.data)
         if not dec.data or (not dec.data[:4096].strip() and not dec.data.strip()):
             raise InputError(f"{ctx.path}: " + (dec.error or "no data"))
-        header, raws, src, cut = self._split(dec.data, dec.error)
+        header, text, cut, guessed = self._split(dec.data, dec.error)
         self.header = {k: _decode_small(v) for k, v in header.items()}
         base = self.header.get("baseTimeNanoseconds")
         self.base = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else None
@@ -210,18 +212,37 @@ class _Loader:
             offset, reason, tail = cut
             ctx.reject(reason, tail, byte_offset=offset)
         del header, cut
-        self._stage(event_text(raws, src), self.base or 0)
-        # The raw slices pin the whole decompressed file; let it go before the derivation allocates more.
-        raws.clear()
-        del raws, src, dec
+        try:
+            self._stage(text, self.base or 0)
+        except duckdb.InvalidInputException:
+            if not guessed:
+                raise
+            # The layout guess cut through an event (or an event is malformed): decode the array properly.
+            text = self._split(dec.data, dec.error, by_layout=False)[1]
+            self._stage(text, self.base or 0)
+        # The event texts pin the whole decompressed file; let it go before the derivation allocates more.
+        del text, dec
         self._derive()
 
-    def _split(self, data, gzip_error: str | None):
-        """Header keys and the raw event slices; on a cut file, every complete event before the cut."""
-        if gzip_error is None and (fast := _split_object(data)) is not None:
-            return fast[0], fast[1], data, None
+    def _split(self, data, gzip_error: str | None, by_layout: bool = True):
+        """Header keys, the event texts, the cut (offset, reason, tail) if the file ends early, and whether the
+        events were found by layout (unvalidated until DuckDB parses them)."""
+        if gzip_error is None and (env := _envelope(data)) is not None:
+            header, lo, hi = env
+            if by_layout and (text := split_by_layout(data, lo + 1, hi)) is not None:
+                return header, text, None, True
+            try:
+                raws = _raw_list_decoder.decode(memoryview(data)[lo: hi + 1])
+                return header, event_text(raws, data), None, False
+            except msgspec.DecodeError:
+                pass
         if not isinstance(data, bytes):
             data = data[:]  # a mapped file: the slower paths below work on a copy
+        header, raws, src, cut = self._decode(data, gzip_error)
+        return header, event_text(raws, src), cut, False
+
+    def _decode(self, data: bytes, gzip_error: str | None):
+        """Header keys and the raw event slices of the whole document; on a cut file, every complete event."""
         try:
             top = _top_decoder.decode(data)
             if isinstance(top, dict) and "traceEvents" in top:
@@ -291,82 +312,86 @@ class _Loader:
         return header, raws, buf, (kept_end, reason, tail.lstrip(b", \r\n\t"))
 
     def _stage(self, text: pa.Array, offset_ns: int) -> None:
-        """Raw events → narrow typed staging tables, a batch at a time (memory stays bounded on huge traces).
+        """Event texts → narrow typed staging tables, a batch at a time (memory stays bounded on huge traces).
 
-        DuckDB parses each batch of event texts on all cores into one typed table, then routes its rows by
-        destination: CPU ops to `_kcpu`, runtime calls to `_krt0`, GPU activity to `_kgpu`, metadata to
-        `_kmeta`, broken events to `_krej`, and counts per (ph, cat, destination) to `_kacc`. Each staging
-        table carries every column its canonical table needs, so no later step joins an event back together."""
-        con = self.con
-        fast = " ".join(f"'{k}'" for k in sorted(set(_STORED) | _KNOWN_NOISE))
+        DuckDB parses each batch on all cores into one typed table whose rows go three ways: CPU ops (most
+        rows) to `_kcpu`, other stored or rejected events to `_kother`, events only counted to `_kskip`.
+        At the end `_kother` splits into `_krt0` (runtime calls), `_kgpu` (GPU activity), `_kmeta`, `_krej`,
+        and `_kacc` counts every event by (ph, cat, destination). Each staging table carries every column
+        its canonical table needs, so no later step joins an event back together."""
+        n = len(text)
+        if n == 0:
+            raise InputError(f"{self.ctx.path}: trace has no events")
+        parse = self._parse_sql(offset_ns)
+        routes = {
+            "_kcpu": f"SELECT {', '.join(_CPU_COLS)} FROM _kb WHERE stored_in = 'cpu_ops'",
+            "_kother": "SELECT * FROM _kb WHERE stored_in NOT IN ('cpu_ops', 'skipped', 'unknown')",
+            "_kskip": "SELECT ph, cat, stored_in, start_ns, dur_ns FROM _kb WHERE stored_in IN ('skipped', 'unknown')",
+        }
+        # Parsing runs on a cursor outside the ingest transaction: Arrow inputs registered inside it would be
+        # kept alive until commit, so memory would grow with every batch. Batches are staged as Arrow, not as
+        # DuckDB temp tables, for the same reason.
+        cur = self.con.cursor()
+        try:
+            step = max(1, self.ctx.options.chunk_events)
+            parts: dict[str, list[pa.Table]] = {t: [] for t in routes}
+            for lo in range(0, n, step):
+                batch = text.slice(lo, step)
+                raw = pa.table({"event_id": pa.array(np.arange(lo, lo + len(batch), dtype=np.int64)), "j": batch})
+                # Several record batches let DuckDB parse them on all cores.
+                cur.register("_kraw", pa.Table.from_batches(raw.to_batches(max_chunksize=_PARSE_BATCH)))
+                cur.register("_kb", cur.sql(parse).to_arrow_table())
+                for table, select in routes.items():
+                    parts[table].append(cur.sql(select).to_arrow_table())
+                cur.unregister("_kb")
+                cur.unregister("_kraw")
+                self.ctx.progress(min(lo + step, n))
+            self.staged = self._split_staged(cur, {t: pa.concat_tables(p) for t, p in parts.items()})
+        finally:
+            cur.close()
+        self.n_events = n
+
+    def _parse_sql(self, offset_ns: int) -> str:
+        """One batch of `_kraw` event texts → typed columns, the normalised category and the destination."""
+        fast = ", ".join(f"'{k}'" for k in sorted(set(_STORED) | _KNOWN_NOISE))
         norm = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in _CAT_NORMAL.items())
         stored_case = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in _STORED.items())
         noise = ", ".join(f"'{c}'" for c in sorted(_KNOWN_NOISE))
         stored = ", ".join(f"'{k}'" for k in _STORED)
         py_kept = "true" if self.ctx.options.keep_python_functions else "name LIKE '%execute_model'"
         # Relative timestamps (< 8e12 µs) are exact in a double; absolute epoch-µs ones (~1.7e15, old traces
-        # without baseTimeNanoseconds) are not, so those go through exact decimal arithmetic.
+        # without baseTimeNanoseconds) are not, so those are read as text and go through exact decimals.
         exact = not offset_ns
         ts_ns = ("coalesce(CAST(round(TRY_CAST(ts AS DECIMAL(38, 6)) * 1000) AS BIGINT), "
                  "CAST(round(TRY_CAST(ts AS DOUBLE) * 1000) AS BIGINT))" if exact else
                  "CAST(round(ts * 1000) AS BIGINT)")
-        n = len(text)
-        if n == 0:
-            raise InputError(f"{self.ctx.path}: trace has no events")
-        # Per batch, three routes: CPU ops (most rows), everything else that is stored or rejected, and what is
-        # only counted. The small tables are split out of `_kother` once, at the end.
-        skipped = "('skipped', 'unknown')"
-        routes = {
-            "_kcpu": f"SELECT {', '.join(_CPU_COLS)} FROM _kb WHERE stored_in = 'cpu_ops'",
-            "_kother": "SELECT * FROM _kb WHERE stored_in NOT IN ('cpu_ops', 'skipped', 'unknown')",
-            "_kskip": f"SELECT ph, cat, stored_in, start_ns, dur_ns FROM _kb WHERE stored_in IN {skipped}",
-        }
-        # Parsing runs on a cursor outside the ingest transaction: Arrow inputs registered inside it would be
-        # kept alive until commit, so memory would grow with every batch.
-        cur = con.cursor()
-        step = max(1, self.ctx.options.chunk_events)
-        parts: dict[str, list[pa.Table]] = {}
-        for lo in range(0, n, step):
-            batch = text.slice(lo, step)
-            tbl = pa.table({"event_id": pa.array(np.arange(lo, lo + len(batch), dtype=np.int64)), "j": batch})
-            # Several record batches let DuckDB parse them on all cores.
-            tbl = pa.Table.from_batches(tbl.to_batches(max_chunksize=_PARSE_BATCH))
-            cur.register("_kraw", tbl)
-            # Staged as Arrow, not as DuckDB temp tables: inside the ingest transaction every replaced temp
-            # table would be kept alive until commit (MVCC), multiplying memory by the number of batches.
-            kb = cur.sql(f"""
-                WITH t AS (
-                    SELECT event_id, {_STAGE_SELECT},
-                           -- Metadata names processes and threads by their raw ids, numeric or not.
-                           CASE WHEN e.ph = 'M' THEN json_extract_string(j, '$.pid') END AS pid_s,
-                           CASE WHEN e.ph = 'M' THEN json_extract_string(j, '$.tid') END AS tid_s
-                    FROM (SELECT event_id, j, json_transform(j, '{_SPEC[exact]}') AS e FROM _kraw)),
-                c AS (
-                    SELECT * EXCLUDE (ts, dur),
-                           CASE WHEN cat IN ({fast.replace(" ", ", ")}) THEN cat
-                                ELSE CASE lower(cat) {norm} ELSE cat END END AS ncat,
-                           {ts_ns} + {offset_ns} AS start_ns,
-                           greatest(CAST(round(coalesce(dur, 0) * 1000) AS BIGINT), 0) AS dur_ns
-                    FROM t)
-                SELECT *,
-                       CASE WHEN ph IS NULL OR (ph = 'X' AND start_ns IS NULL) THEN 'rejected'
-                            WHEN ph = 'X' AND ncat = 'python_function' AND NOT ({py_kept}) THEN 'skipped'
-                            WHEN ph = 'X' AND ncat IN ({stored}) THEN CASE ncat {stored_case} END
-                            WHEN ph = 'M' AND name IN ('process_name', 'thread_name', 'process_labels')
-                                 THEN 'trace_threads'
-                            WHEN ph IN ('M', 's', 'f', 't', 'i', 'I', 'C', 'b', 'e', 'n', 'R', 'P', 'O', 'N', 'D')
-                                 OR lower(cat) IN ({noise}) THEN 'skipped'
-                            ELSE 'unknown' END AS stored_in
-                FROM c""").to_arrow_table()
-            cur.unregister("_kraw")
-            del tbl, batch
-            cur.register("_kb", kb)
-            for table, select in routes.items():
-                parts.setdefault(table, []).append(cur.sql(select).to_arrow_table())
-            cur.unregister("_kb")
-            del kb
-            self.ctx.progress(min(lo + step, n))
-        staged = {t: pa.concat_tables(p) for t, p in parts.items()}
+        return f"""
+            WITH t AS (
+                SELECT event_id, {_STAGE_SELECT},
+                       -- Metadata names processes and threads by their raw ids, numeric or not.
+                       CASE WHEN e.ph = 'M' THEN json_extract_string(j, '$.pid') END AS pid_s,
+                       CASE WHEN e.ph = 'M' THEN json_extract_string(j, '$.tid') END AS tid_s
+                FROM (SELECT event_id, j, json_transform(j, '{_SPEC[exact]}') AS e FROM _kraw)),
+            c AS (
+                SELECT * EXCLUDE (ts, dur),
+                       CASE WHEN cat IN ({fast}) THEN cat ELSE CASE lower(cat) {norm} ELSE cat END END AS ncat,
+                       {ts_ns} + {offset_ns} AS start_ns,
+                       greatest(CAST(round(coalesce(dur, 0) * 1000) AS BIGINT), 0) AS dur_ns
+                FROM t)
+            SELECT *,
+                   CASE WHEN ph IS NULL OR (ph = 'X' AND start_ns IS NULL) THEN 'rejected'
+                        WHEN ph = 'X' AND ncat = 'python_function' AND NOT ({py_kept}) THEN 'skipped'
+                        WHEN ph = 'X' AND ncat IN ({stored}) THEN CASE ncat {stored_case} END
+                        WHEN ph = 'M' AND name IN ('process_name', 'thread_name', 'process_labels')
+                             THEN 'trace_threads'
+                        WHEN ph IN ('M', 's', 'f', 't', 'i', 'I', 'C', 'b', 'e', 'n', 'R', 'P', 'O', 'N', 'D')
+                             OR lower(cat) IN ({noise}) THEN 'skipped'
+                        ELSE 'unknown' END AS stored_in
+            FROM c"""
+
+    @staticmethod
+    def _split_staged(cur, staged: dict[str, pa.Table]) -> dict[str, pa.Table]:
+        """`_kother` into the small per-destination tables, and the per-(ph, cat, destination) counts."""
         other = staged.pop("_kother")
         cur.register("_kother", other)
         for name, (dests, cols) in _ROUTES.items():
@@ -381,19 +406,24 @@ class _Loader:
                   UNION ALL SELECT ph, cat, stored_in, start_ns, dur_ns FROM _kother
                   UNION ALL SELECT ph, cat, stored_in, start_ns, dur_ns FROM _kskip)
             GROUP BY ph, cat, stored_in""").to_arrow_table()
-        cur.close()
-        self.staged = staged
-        self.n_events = n
+        return staged
 
     # -- derivation (SQL) --------------------------------------------------------------------------
     def _derive(self) -> None:
-        ctx = self.ctx
-        h, base = self.header, self.base
         # Derivation queries run on a cursor of their own, reading the staged Arrow tables: the ingest
         # connection only writes (Arrow registered inside its transaction would be held until commit).
-        self.dc = dc = self.con.cursor()
-        for t, tbl in self.staged.items():
-            dc.register(t, tbl)
+        self.dc = self.con.cursor()
+        try:
+            for t, tbl in self.staged.items():
+                self.dc.register(t, tbl)
+            self._derive_all()
+        finally:
+            self.dc.close()
+            self.staged.clear()
+
+    def _derive_all(self) -> None:
+        ctx, dc = self.ctx, self.dc
+        h, base = self.header, self.base
         lo, hi = dc.execute("SELECT min(lo), max(hi) FROM _kacc WHERE stored_in <> 'rejected'").fetchall()[0]
         if base is not None:
             mode = "relative_to_base"
@@ -410,34 +440,28 @@ class _Loader:
         self.rank = rank
         ctx.first_ns, ctx.last_ns = lo, hi
         self._account()
-        cpu_rows = self._cpu_ops()
-        # The links and steps are derived while the ingest connection inserts cpu_ops (most of the rows) on
-        # another core; their rows are written after.
-        dc.execute("CREATE TEMP VIEW _kops AS SELECT event_id, ncat AS category, pid, tid, start_ns, "
-                        "start_ns + dur_ns AS end_ns, name, external_id, CASE WHEN ncat = 'python_function' "
-                        "THEN 'py' ELSE 'op' END AS fam FROM _kcpu")
+        # The CPU ranges the links and step windows look at: ATen ops and annotations, and execute_model
+        # (the other python functions, most of the rows, are only nested).
+        dc.execute("CREATE TEMP TABLE _kops AS SELECT event_id, ncat AS category, pid, tid, start_ns, "
+                   "start_ns + dur_ns AS end_ns, name, external_id, CASE WHEN ncat = 'python_function' "
+                   "THEN 'py' ELSE 'op' END AS fam FROM _kcpu "
+                   "WHERE ncat <> 'python_function' OR name LIKE '%execute_model'")
+        ctx.write("cpu_ops", self._cpu_ops())
+        dc.unregister("_kcpu")
+        del self.staged["_kcpu"]  # most of the staged bytes: gone before the links allocate
+        # Links and steps: each canonical table's rows are computed here, and written once all are known.
         self.out: dict[str, pa.Table] = {}
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            writing = pool.submit(ctx.write, "cpu_ops", cpu_rows)
-            try:
-                self._steps_windows()
-                self._runtime()
-                self._gpu()
-                self._steps()
-            finally:
-                write_error = writing.exception()
-        if write_error is not None:
-            raise write_error
-        del cpu_rows
+        self._steps_windows()
+        self._runtime()
+        self._gpu()
+        self._steps()
         for table, rows in self.out.items():
             ctx.write(table, rows)
         self._meta(h, base, mode, rank, dist, lo, hi)
-        dc.close()
-        self.staged.clear()
         self.out.clear()
 
     def _emit(self, table: str, select_sql: str) -> None:
-        """Rows for a canonical table, computed now on the derivation cursor and written after cpu_ops."""
+        """Rows for a canonical table, computed on the derivation cursor (later steps read them as `_o_<table>`)."""
         rows = self.dc.sql(select_sql).to_arrow_table()
         self.out[table] = rows
         self.dc.register(f"_o_{table}", rows)
@@ -757,10 +781,10 @@ def _ints(col) -> np.ndarray:
     return pc.fill_null(col, -1).to_numpy().astype(np.int64, copy=False)
 
 
-def _split_object(data):
-    """`{..., "traceEvents": [...], ...}` in one pass over the events: the header is decoded from the bytes around
-    the array, whose end is the last `]` after which the document closes validly. None when that does not work
-    out (no such key, a bare array, a cut or malformed file): the caller then decodes the whole document."""
+def _envelope(data):
+    """`{..., "traceEvents": [...], ...}`: the header keys and the byte offsets of the array's `[` and `]`, from
+    the bytes around the array alone (its end is the last `]` after which the document closes validly). None
+    when that does not work out (no such key, a bare array, a cut or malformed file)."""
     key = data.find(b'"traceEvents"')
     if key < 0:
         return None
@@ -778,14 +802,9 @@ def _split_object(data):
             header = _top_decoder.decode(prefix + b"[]" + data[end + 1:])
         except msgspec.DecodeError:
             continue
-        if bytes(header.get("traceEvents", b"")) != b"[]":
+        if bytes(header.pop("traceEvents", b"")) != b"[]":
             return None
-        try:
-            raws = _raw_list_decoder.decode(memoryview(data)[start: end + 1])
-        except msgspec.DecodeError:
-            return None
-        del header["traceEvents"]
-        return header, raws
+        return header, start, end
     return None
 
 
