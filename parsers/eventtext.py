@@ -14,6 +14,7 @@ offset) per event. Two ways find where the events are:
 """
 from __future__ import annotations
 
+import mmap
 import re
 
 import msgspec
@@ -138,6 +139,23 @@ def _views(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, src) -> pa.Arr
     buffers = [whole.slice(w * _WINDOW, min(2 * _WINDOW, whole.size - w * _WINDOW))
                for w in range(int(window.max()) + 1)]
     return pa.Array.from_buffers(pa.string_view(), n, [None, pa.py_buffer(views)] + buffers)
+
+
+def release_parsed(src, text: pa.Array, upto: int) -> None:
+    """Unmap the pages of a mapped file that hold only events before `upto` (parsed already), so the
+    process keeps just the part still to parse; the OS page cache serves them again if ever needed."""
+    if not isinstance(src, mmap.mmap) or not hasattr(src, "madvise") or text.type != pa.string_view():
+        return
+    if upto >= len(text):
+        return
+    views = np.frombuffer(text.buffers()[1], dtype=np.int32).reshape(-1, 4)
+    length, _, window, offset = (int(v) for v in views[text.offset + upto])
+    if length <= _INLINE:
+        return
+    end = window * _WINDOW + offset
+    end -= end % mmap.PAGESIZE
+    if end > 0:
+        src.madvise(mmap.MADV_DONTNEED, 0, end)
 
 
 def _joined(raws: list, lens: np.ndarray) -> pa.Array:

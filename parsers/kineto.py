@@ -18,10 +18,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .base import ParseContext, Parser
-from .eventtext import event_text, split_by_layout
+from .eventtext import event_text, release_parsed, split_by_layout
 from .patterns import Pattern, Sample
 from stallscope.errors import InputError
 from stallscope.intervals import DenseKeys, Nesting
+from stallscope.memory import release_freed
 
 VERSION = "1.0"
 
@@ -213,13 +214,13 @@ class _Loader:
             ctx.reject(reason, tail, byte_offset=offset)
         del header, cut
         try:
-            self._stage(text, self.base or 0)
+            self._stage(text, self.base or 0, dec.data)
         except duckdb.InvalidInputException:
             if not guessed:
                 raise
             # The layout guess cut through an event (or an event is malformed): decode the array properly.
             text = self._split(dec.data, dec.error, by_layout=False)[1]
-            self._stage(text, self.base or 0)
+            self._stage(text, self.base or 0, dec.data)
         # The event texts pin the whole decompressed file; let it go before the derivation allocates more.
         del text, dec
         self._derive()
@@ -311,7 +312,7 @@ class _Loader:
                   f"after decompressed byte {kept_end}")
         return header, raws, buf, (kept_end, reason, tail.lstrip(b", \r\n\t"))
 
-    def _stage(self, text: pa.Array, offset_ns: int) -> None:
+    def _stage(self, text: pa.Array, offset_ns: int, src=None) -> None:
         """Event texts → narrow typed staging tables, a batch at a time (memory stays bounded on huge traces).
 
         DuckDB parses each batch on all cores into one typed table whose rows go three ways: CPU ops (most
@@ -323,32 +324,34 @@ class _Loader:
         if n == 0:
             raise InputError(f"{self.ctx.path}: trace has no events")
         parse = self._parse_sql(offset_ns)
-        routes = {
-            "_kcpu": f"SELECT {', '.join(_CPU_COLS)} FROM _kb WHERE stored_in = 'cpu_ops'",
-            "_kother": "SELECT * FROM _kb WHERE stored_in NOT IN ('cpu_ops', 'skipped', 'unknown')",
-            "_kskip": "SELECT ph, cat, stored_in, start_ns, dur_ns FROM _kb WHERE stored_in IN ('skipped', 'unknown')",
-        }
         # Parsing runs on a cursor outside the ingest transaction: Arrow inputs registered inside it would be
         # kept alive until commit, so memory would grow with every batch. Batches are staged as Arrow, not as
         # DuckDB temp tables, for the same reason.
         cur = self.con.cursor()
         try:
             step = max(1, self.ctx.options.chunk_events)
-            parts: dict[str, list[pa.Table]] = {t: [] for t in routes}
+            parts: dict[str, list[pa.Table]] = {"_kcpu": [], "_kother": [], "_kskip": []}
             for lo in range(0, n, step):
                 batch = text.slice(lo, step)
                 raw = pa.table({"event_id": pa.array(np.arange(lo, lo + len(batch), dtype=np.int64)), "j": batch})
                 # Several record batches let DuckDB parse them on all cores.
                 cur.register("_kraw", pa.Table.from_batches(raw.to_batches(max_chunksize=_PARSE_BATCH)))
-                cur.register("_kb", cur.sql(parse).to_arrow_table())
-                for table, select in routes.items():
-                    parts[table].append(cur.sql(select).to_arrow_table())
-                cur.unregister("_kb")
+                kb = cur.sql(parse).to_arrow_table()
                 cur.unregister("_kraw")
+                # Routed by Arrow filters (a DuckDB query per route would scan the batch again).
+                dest = kb["stored_in"]
+                cpu = pc.equal(dest, "cpu_ops")
+                counted = pc.is_in(dest, _COUNTED_ONLY)
+                parts["_kcpu"].append(kb.select(list(_CPU_COLS)).filter(cpu))
+                parts["_kother"].append(kb.filter(pc.invert(pc.or_(cpu, counted))))
+                parts["_kskip"].append(kb.select(["ph", "cat", "stored_in", "start_ns", "dur_ns"]).filter(counted))
+                del kb
+                release_parsed(src, text, lo + step)
                 self.ctx.progress(min(lo + step, n))
             self.staged = self._split_staged(cur, {t: pa.concat_tables(p) for t, p in parts.items()})
         finally:
             cur.close()
+        release_freed()  # the batches' memory: nothing that size is allocated again
         self.n_events = n
 
     def _parse_sql(self, offset_ns: int) -> str:
@@ -446,7 +449,10 @@ class _Loader:
                    "start_ns + dur_ns AS end_ns, name, external_id, CASE WHEN ncat = 'python_function' "
                    "THEN 'py' ELSE 'op' END AS fam FROM _kcpu "
                    "WHERE ncat <> 'python_function' OR name LIKE '%execute_model'")
-        ctx.write("cpu_ops", self._cpu_ops())
+        rows = self._cpu_ops()
+        release_freed()  # the nesting's temporaries, before the insert allocates
+        ctx.write("cpu_ops", rows)
+        del rows
         dc.unregister("_kcpu")
         del self.staged["_kcpu"]  # most of the staged bytes: gone before the links allocate
         # Links and steps: each canonical table's rows are computed here, and written once all are known.
@@ -488,14 +494,15 @@ class _Loader:
         """cpu_ops rows with nesting depth and parent per thread (numpy sort/search, see stallscope.intervals).
 
         ATen ops and annotations nest among themselves, python functions among themselves: one nesting over
-        (pid, tid, is python) keys does both."""
+        (pid, tid, is python) keys does both. The runtime calls' enclosing ranges are looked up here too, so
+        the nesting is gone before cpu_ops is written."""
         ops = self.staged["_kcpu"]
         py = pc.equal(ops["ncat"], "python_function").to_numpy(zero_copy_only=False).astype(np.int64)
         threads = DenseKeys(_ints(ops["pid"]), _ints(ops["tid"]), py)
         start = _ints(ops["start_ns"])
         nest = Nesting(threads.ids, start, start + _ints(ops["dur_ns"]))
         ev = _ints(ops["event_id"])
-        self.nest = (nest, ev, threads)
+        self.containment = _containment(self.staged["_krt0"], nest, ev, threads)
         parent = _take(ev, nest.parent)
         return pa.table({
             "event_id": ev, "rank": pa.nulls(len(ev), pa.int32()) if self.rank is None else np.full(len(ev), self.rank,
@@ -547,25 +554,7 @@ class _Loader:
                        AS is_launch,
                    regexp_matches(name, '(?i)graphlaunch') AS is_graph_launch
             FROM _krt0""")
-        # The innermost enclosing range at each call, among cpu_op/user_annotation ranges on the launching
-        # thread, else among python_function ranges (CUDA-graph replays have no enclosing ATen op).
-        pts = con.execute("SELECT event_id, coalesce(pid, -1) AS pid, coalesce(tid, -1) AS tid, start_ns "
-                          "FROM _krt").fetchnumpy()
-        rt_ev = np.asarray(pts["event_id"], dtype=np.int64)
-        nest, ev, threads = self.nest
-        pid, tid = np.asarray(pts["pid"], dtype=np.int64), np.asarray(pts["tid"], dtype=np.int64)
-        found = {}
-        for fam, py in (("op", 0), ("py", 1)):
-            th = threads.lookup(pid, tid, np.full(len(pid), py))
-            idx = np.full(len(rt_ev), -1, dtype=np.int64)
-            has = th >= 0
-            if has.any() and nest.n:
-                idx[has] = nest.enclosing(th[has], np.asarray(pts["start_ns"], dtype=np.int64)[has])
-            found[fam] = _take(ev, idx)
-        con.register("_kcont", pa.table({
-            "event_id": rt_ev,
-            "op_id": pa.array(found["op"], mask=found["op"] < 0),
-            "py_id": pa.array(found["py"], mask=found["py"] < 0)}))
+        con.register("_kcont", self.containment)
         con.execute("""
             CREATE TEMP TABLE _krt_link AS
             WITH ext AS (
@@ -766,6 +755,7 @@ class _Loader:
 # Staging tables: which parsed events each keeps (by destination) and the columns it needs downstream.
 _COMMON = ("event_id", "ncat", "name", "pid", "tid", "start_ns", "dur_ns", "external_id")
 _CPU_COLS = _COMMON + ("record_function_id", "python_id", "python_parent_id")
+_COUNTED_ONLY = pa.array(["skipped", "unknown"])
 _ROUTES = {
     "_krt0": (("runtime_calls",), _COMMON + ("correlation", "cbid", "cid", "kernel")),
     "_kgpu": (("gpu_kernels", "gpu_memops", "gpu_annotations"),
@@ -774,6 +764,21 @@ _ROUTES = {
     "_kmeta": (("trace_threads",), ("pid", "tid", "pid_s", "tid_s", "name", "meta_name", "labels")),
     "_krej": (("rejected",), ("event_id", "ph", "name")),
 }
+
+
+def _containment(calls: pa.Table, nest: Nesting, ev: np.ndarray, threads: DenseKeys) -> pa.Table:
+    """The innermost range enclosing each runtime call on its thread: among cpu_op/user_annotation ranges
+    (`op_id`), and among python_function ranges (`py_id`, for CUDA-graph replays that no ATen op encloses)."""
+    pid, tid, start = _ints(calls["pid"]), _ints(calls["tid"]), _ints(calls["start_ns"])
+    found = {}
+    for fam, py in (("op_id", 0), ("py_id", 1)):
+        th = threads.lookup(pid, tid, np.full(len(pid), py))
+        idx = np.full(len(pid), -1, dtype=np.int64)
+        has = th >= 0
+        if has.any() and nest.n:
+            idx[has] = nest.enclosing(th[has], start[has])
+        found[fam] = _take(ev, idx)
+    return pa.table({"event_id": calls["event_id"]} | {k: pa.array(v, mask=v < 0) for k, v in found.items()})
 
 
 def _ints(col) -> np.ndarray:
