@@ -24,7 +24,6 @@ import pyarrow as pa
 _WINDOW_BITS = 30  # view offsets are int32: each view buffer is a 2 GiB window starting at a multiple of 1 GiB
 _WINDOW = 1 << _WINDOW_BITS
 _INLINE = 12  # Arrow inlines strings of at most 12 bytes in the view itself
-_VIEW = np.dtype([("len", "<i4"), ("prefix", "<u4"), ("buf", "<i4"), ("off", "<i4")])
 
 
 _SEPARATOR = re.compile(rb"\}(\s*,\s*)\{")
