@@ -675,7 +675,6 @@ class _Loader:
             FROM _kcomp WHERE prio IS NOT NULL""")
         pick = ",\n".join(f"arg_min(a.{col}, (a.prio, -a.overlap)) FILTER (WHERE a.{col} IS NOT NULL) AS {col}"
                           for col in comp_cols)
-        sid = self.sid
         self._emit("steps", f"""
             WITH ann AS (
                 SELECT w.step_id, a.*, least(w.end_ns, a.end_ns) - greatest(w.start_ns, a.start_ns) AS overlap
@@ -793,9 +792,8 @@ def _envelope(data):
     key = data.find(b'"traceEvents"')
     if key < 0:
         return None
-    colon = data.find(b":", key)
-    start = data.find(b"[", colon)
-    if colon < 0 or start < 0 or data[key + 13: start].strip(b" \t\r\n:") != b"":
+    start = data.find(b"[", key)
+    if start < 0 or data[key + 13: start].strip(b" \t\r\n") != b":":
         return None
     prefix = data[:start]
     end, floor = len(data), max(start, len(data) - (1 << 20))

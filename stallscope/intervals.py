@@ -94,7 +94,6 @@ class DenseKeys:
         self.names = frame.columns
         self.keys = frame.unique().with_row_index("id")
         self.ids = self._join(frame)
-        self.count = self.keys.height
 
     def lookup(self, *cols: np.ndarray) -> np.ndarray:
         return self._join(_frame(cols))
