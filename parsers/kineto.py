@@ -336,7 +336,7 @@ class _Loader:
                 raw = pa.table({"event_id": pa.array(np.arange(lo, lo + len(batch), dtype=np.int64)), "j": batch})
                 # Several record batches let DuckDB parse them on all cores.
                 cur.register("_kraw", pa.Table.from_batches(raw.to_batches(max_chunksize=_PARSE_BATCH)))
-                kb = cur.sql(parse).to_arrow_table()
+                kb = cur.sql(parse).to_arrow_reader(step).read_all()
                 cur.unregister("_kraw")
                 # Routed by Arrow filters (a DuckDB query per route would scan the batch again).
                 dest = kb["stored_in"]

@@ -2,12 +2,13 @@
 
 Ranges are half-open [start, end) on a thread (a dense int id). Ties at one instant order as: ranges that end
 there, then ranges that start there (longest first), then zero-length ranges' ends, then query points. Depth is the number of ranges open just before a range starts (0 = outermost). Everything is numpy
-sorting and searching, never a loop over events. The big sorts go to polars, which sorts on all cores.
+sorting and searching, never a loop over events. numpy's sorts are vectorised (AVX-512 where the CPU has it).
 """
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 
 class Nesting:
@@ -27,12 +28,10 @@ class Nesting:
         self.width = self.hi + 2
         if nthreads * self.width >= 2**62:
             raise OverflowError("trace spans too long for nesting keys")
-        # By thread, start, then longer first (start - end ascending); a stable sort keeps input order in ties.
-        self.order = pl.DataFrame({"t": thread, "s": s2, "d": start - end}).select(
-            pl.arg_sort_by(["t", "s", "d"], maintain_order=True)).to_series().to_numpy().astype(np.int64)
+        self.order = _start_order(self._key(thread, s2), start - end)
         self.s_th = thread[self.order]
         self.s_key = self._key(self.s_th, s2[self.order])
-        self.e_key = _sort(self._key(thread, e2))
+        self.e_key = np.sort(self._key(thread, e2))
         pos = np.arange(n, dtype=np.int64)
         # Starts before this one (all threads) minus ends at or before its instant (all threads): earlier
         # threads balance out, leaving the ranges of this thread still open.
@@ -40,7 +39,7 @@ class Nesting:
         self.depth = np.empty(n, dtype=np.int64)
         self.depth[self.order] = depth_sorted
         self.max_depth = int(depth_sorted.max()) if n else 0
-        self.bd_key = _sort(self._dkey(self.s_th, depth_sorted, pos))
+        self.bd_key = np.sort(self._dkey(self.s_th, depth_sorted, pos))
         parent_sorted = self._last_at_depth(self.s_th, depth_sorted - 1, pos)
         self.parent = np.full(n, -1, dtype=np.int64)
         self.parent[self.order] = parent_sorted
@@ -82,26 +81,44 @@ class Nesting:
         return np.where((cand >= 0) & (self.end[c] > q_t), cand, -1)
 
 
-def _sort(a: np.ndarray) -> np.ndarray:
-    return pl.Series(a).sort().to_numpy() if len(a) > 100_000 else np.sort(a)
+def _start_order(key: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Indices ordering ranges by (thread, start) key, then longer first (d = start - end ascending), then input
+    order. Ranges sharing a start are few: one stable sort by key, then only the tied rows are re-sorted."""
+    order = np.argsort(key, kind="stable")
+    sk = key[order]
+    tie = np.flatnonzero(sk[1:] == sk[:-1])
+    if len(tie):
+        pos = np.union1d(tie, tie + 1)  # tie groups are contiguous runs in sorted order
+        rows = order[pos]
+        order[pos] = rows[np.lexsort((rows, d[rows], key[rows]))]
+    return order
 
 
 class DenseKeys:
-    """Dense ids 0..k-1 for the distinct rows of some int64 key columns, and lookups of other rows (-1 if unseen)."""
+    """Dense ids 0..k-1 for the distinct rows of some int64 key columns, and lookups of other rows (-1 if unseen).
+
+    Arrow hash-encodes each column, then each running combination of codes (so the combined code never
+    overflows): one hash pass per column, no sort, no join. Ids follow first appearance."""
 
     def __init__(self, *cols: np.ndarray):
-        frame = _frame(cols)
-        self.names = frame.columns
-        self.keys = frame.unique().with_row_index("id")
-        self.ids = self._join(frame)
+        self.dicts: list[pa.Array] = []
+        self.combos: list[pa.Array] = []
+        acc = None
+        for c in cols:
+            enc = pc.dictionary_encode(pa.array(np.asarray(c, dtype=np.int64)))
+            self.dicts.append(enc.dictionary)
+            code = enc.indices.to_numpy().astype(np.int64)
+            if acc is None:
+                acc = code
+                continue
+            enc = pc.dictionary_encode(pa.array(acc * len(enc.dictionary) + code))
+            self.combos.append(enc.dictionary)
+            acc = enc.indices.to_numpy().astype(np.int64)
+        self.ids = acc if acc is not None else np.zeros(0, dtype=np.int64)
 
     def lookup(self, *cols: np.ndarray) -> np.ndarray:
-        return self._join(_frame(cols))
-
-    def _join(self, frame: pl.DataFrame) -> np.ndarray:
-        ids = frame.join(self.keys, on=self.names, how="left", maintain_order="left")["id"]
-        return ids.fill_null(-1).to_numpy().astype(np.int64)
-
-
-def _frame(cols) -> pl.DataFrame:
-    return pl.DataFrame({f"k{i}": np.asarray(c, dtype=np.int64) for i, c in enumerate(cols)})
+        codes = [pc.index_in(pa.array(np.asarray(c, dtype=np.int64)), value_set=d) for c, d in zip(cols, self.dicts)]
+        acc = codes[0]
+        for d, code, combo in zip(self.dicts[1:], codes[1:], self.combos):
+            acc = pc.index_in(pc.add(pc.multiply(acc.cast(pa.int64()), len(d)), code), value_set=combo)
+        return pc.fill_null(acc, -1).to_numpy().astype(np.int64)

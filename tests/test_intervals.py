@@ -59,3 +59,20 @@ def test_overlapping_ranges_never_yield_a_non_container():
     got = n.enclosing(np.array([0, 0, 0]), np.array([3, 12, 20]))
     assert got[0] == 0 and got[2] == -1
     assert got[1] in (-1, 1)  # whatever it picks must contain t=12
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([-1, 0, 7, 2**40]), st.integers(0, 3), st.integers(0, 1)), min_size=1,
+                max_size=60),
+       st.lists(st.tuples(st.sampled_from([-1, 0, 5, 2**40]), st.integers(0, 4), st.integers(0, 1)), max_size=20))
+def test_dense_keys_number_distinct_rows_and_look_up_others(rows, queries):
+    from stallscope.intervals import DenseKeys
+
+    cols = [np.array([r[i] for r in rows], dtype=np.int64) for i in range(3)]
+    keys = DenseKeys(*cols)
+    # Dense ids in order of first appearance, one per distinct row.
+    first = list(dict.fromkeys(rows))
+    assert keys.ids.tolist() == [first.index(r) for r in rows]
+    if queries:
+        got = keys.lookup(*[np.array([q[i] for q in queries], dtype=np.int64) for i in range(3)])
+        assert got.tolist() == [first.index(q) if q in first else -1 for q in queries]
