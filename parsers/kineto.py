@@ -4,13 +4,16 @@ Pipeline: the file is mapped (or gunzipped) once; the header is decoded from the
 `traceEvents` array, and the events become an Arrow string-view column over that same buffer
 (`eventtext`: found by layout, else by msgspec decoding). DuckDB parses the events a batch at a time on all
 cores (`json_transform`, only the fields stallscope stores) into narrow per-destination Arrow staging tables.
-CPU-op nesting is numpy/polars sorting (`stallscope.intervals`); the CPU-GPU links, step windows and step
-composition are SQL on a cursor of their own over the staged tables; the ingest connection only writes.
+CPU-op nesting is numpy sorting (`stallscope.intervals`) on a thread of its own, while the CPU-GPU links,
+step windows and step composition run as SQL on a cursor of their own over the staged tables; the links that
+need the nesting (time containment) come last. The ingest connection only writes.
 """
 from __future__ import annotations
 
 import gc
 import re
+from concurrent.futures import ThreadPoolExecutor
+
 import duckdb
 import msgspec
 import numpy as np
@@ -449,18 +452,23 @@ class _Loader:
                    "start_ns + dur_ns AS end_ns, name, external_id, CASE WHEN ncat = 'python_function' "
                    "THEN 'py' ELSE 'op' END AS fam FROM _kcpu "
                    "WHERE ncat <> 'python_function' OR name LIKE '%execute_model'")
-        rows = self._cpu_ops()
+        # Links and steps: each canonical table's rows are computed here, and written once all are known.
+        self.out: dict[str, pa.Table] = {}
+        # The nesting is numpy and Arrow work, which releases the GIL: it runs on a thread while DuckDB derives
+        # everything that does not need it (only the containment links do).
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            nesting = pool.submit(self._cpu_ops)
+            self._steps_windows()
+            self._runtime()
+            self._gpu()
+            self._steps()
+            rows = nesting.result()
+        self._containment_links()
         release_freed()  # the nesting's temporaries, before the insert allocates
         ctx.write("cpu_ops", rows)
         del rows
         dc.unregister("_kcpu")
-        del self.staged["_kcpu"]  # most of the staged bytes: gone before the links allocate
-        # Links and steps: each canonical table's rows are computed here, and written once all are known.
-        self.out: dict[str, pa.Table] = {}
-        self._steps_windows()
-        self._runtime()
-        self._gpu()
-        self._steps()
+        del self.staged["_kcpu"]
         for table, rows in self.out.items():
             ctx.write(table, rows)
         self._meta(h, base, mode, rank, dist, lo, hi)
@@ -544,7 +552,8 @@ class _Loader:
             FROM _kwin""")
 
     def _runtime(self) -> None:
-        """runtime_calls, linked to the innermost enclosing CPU op (External id first, then time containment)."""
+        """runtime_calls, linked to their CPU op by External id (time containment follows in
+        `_containment_links`, once the nesting is done)."""
         con = self.dc
         con.execute("""
             CREATE TEMP TABLE _krt AS
@@ -554,28 +563,35 @@ class _Loader:
                        AS is_launch,
                    regexp_matches(name, '(?i)graphlaunch') AS is_graph_launch
             FROM _krt0""")
-        con.register("_kcont", self.containment)
-        con.execute("""
-            CREATE TEMP TABLE _krt_link AS
+        self._emit("runtime_calls", f"""
             WITH ext AS (
                 -- Old traces number External ids differently on both sides: accept only a link in time.
                 SELECT r.event_id, min(o.event_id) AS op_id
                 FROM _krt r JOIN _kops o ON o.fam = 'op' AND o.external_id = r.external_id
                  AND r.start_ns >= o.start_ns AND r.start_ns <= o.end_ns
                 WHERE r.external_id IS NOT NULL GROUP BY r.event_id)
-            SELECT r.event_id,
-                   coalesce(ext.op_id, c.op_id, c.py_id) AS op_id,
-                   CASE WHEN ext.op_id IS NOT NULL THEN 'external_id' WHEN c.op_id IS NOT NULL THEN 'containment'
-                        WHEN c.py_id IS NOT NULL THEN 'containment_python' END AS cpu_link
-            FROM _krt r LEFT JOIN ext USING (event_id) LEFT JOIN _kcont c USING (event_id)""")
-        con.unregister("_kcont")
-        self._emit("runtime_calls", f"""
             SELECT r.event_id, {_sql_int(self.rank)} AS rank, r.category, r.pid, r.tid, r.start_ns, r.end_ns,
                    r.dur_ns, r.name, r.correlation, r.external_id, r.cbid, r.kernel_name, r.is_launch,
-                   r.is_graph_launch, l.op_id AS cpu_op_event_id, l.cpu_link, w.step_id
-            FROM _krt r LEFT JOIN _krt_link l USING (event_id)
+                   r.is_graph_launch, ext.op_id AS cpu_op_event_id,
+                   CASE WHEN ext.op_id IS NOT NULL THEN 'external_id' END AS cpu_link, w.step_id
+            FROM _krt r LEFT JOIN ext USING (event_id)
             LEFT JOIN _kwin w ON w.pid = r.pid AND r.start_ns >= w.start_ns AND r.start_ns < w.end_ns""")
-        con.execute("DROP TABLE _krt_link")
+
+    def _containment_links(self) -> None:
+        """Runtime calls without an External-id link take the innermost CPU op enclosing them on their thread
+        (else the innermost python function: CUDA-graph replays); kernels take their launch's CPU op."""
+        con = self.dc
+        con.register("_kcont", self.containment)
+        self._emit("runtime_calls", """
+            SELECT r.* REPLACE (
+                       coalesce(r.cpu_op_event_id, c.op_id, c.py_id) AS cpu_op_event_id,
+                       CASE WHEN r.cpu_link IS NOT NULL THEN r.cpu_link WHEN c.op_id IS NOT NULL THEN 'containment'
+                            WHEN c.py_id IS NOT NULL THEN 'containment_python' END AS cpu_link)
+            FROM _o_runtime_calls r LEFT JOIN _kcont c USING (event_id)""")
+        con.unregister("_kcont")
+        self._emit("gpu_kernels", """
+            SELECT k.*, r.cpu_op_event_id, r.cpu_link
+            FROM _o_gpu_kernels k LEFT JOIN _o_runtime_calls r ON r.event_id = k.launch_event_id""")
 
     def _gpu(self) -> None:
         """gpu_kernels, gpu_memops, gpu_annotations, each linked to its launch by correlation."""
@@ -596,7 +612,7 @@ class _Loader:
                    k.block[1] AS block_x, k.block[2] AS block_y, k.block[3] AS block_z,
                    k.registers AS registers_per_thread, k.shared_memory AS shared_memory_bytes,
                    k.blocks_per_sm, k.warps_per_sm, k.occupancy AS occupancy_pct,
-                   l.launch_event_id, r.cpu_op_event_id, r.cpu_link, r.is_graph_launch AS graph_launch, r.step_id
+                   l.launch_event_id, r.is_graph_launch AS graph_launch, r.step_id
             FROM _kgpu k {launch_join} WHERE k.ncat = 'kernel'""")
         w("gpu_memops", f"""
             SELECT k.event_id, {rank} AS rank, CASE k.ncat WHEN 'gpu_memcpy' THEN 'memcpy' ELSE 'memset' END AS kind,

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import InputError, StallscopeError
+from .memory import arrow_pool
 from .parsers import InputFile, Options, ParseContext, Parser, all_parsers, detect
 from .schema import TABLES
 
@@ -127,7 +128,8 @@ def ingest_one(store, inp: InputFile, parser: Parser, fmt: str, options: Options
             [source_id, path, fmt, parser.name, parser.version, digest, inp.size, inp.compression,
              inp.path.stat().st_mtime_ns, time.time_ns()])
         ctx = ParseContext(con, source_id, inp, options, progress)
-        parser.parse(ctx, fmt)
+        with arrow_pool():  # Arrow memory stays mapped from one batch to the next (see stallscope.memory)
+            parser.parse(ctx, fmt)
         c = ctx.counts
         if c.parsed == 0:
             raise InputError(f"{path}: nothing usable in this {fmt} file "
