@@ -2,7 +2,8 @@
 
 Methods, each in its own fresh subprocess (so peak RSS is that method's alone), timed around the work only
 (imports, stallscope's parser modules included, happen before the clock starts):
-  stallscope  `Store(db).ingest(trace)` into a DuckDB file: sha256, tables, CPU-GPU links, nesting, steps, commit
+  stallscope  `Store(db).ingest(trace)` into a DuckDB file, then `close()`: sha256, tables, CPU-GPU links, nesting,
+              steps, commit and the final checkpoint (everything on disk)
   orjson+pd   `orjson.loads` + `pandas.DataFrame(traceEvents)` (no links, no args columns)
   json+pd     `json.load` + `pandas.DataFrame(traceEvents)`
   hta         HolisticTraceAnalysis `parse_trace_file` (its default parser: DataFrame, symbol table, correlation)
@@ -14,9 +15,9 @@ The baselines need pandas and HTA, which are not stallscope dependencies: they r
 bench/.venv-bench, created on first use (`pip install HolisticTraceAnalysis "pandas<3" orjson`).
 
 Each method's best of `--repeat` runs is shown (a single run for the slow baselines on inputs over 200 MB).
-On small VMs the cost of a page fault varies several-fold from run to run (system time 0.8-2.5 s for the same
-~290k faults of a 558 MB ingest, user time steady at ~3.9 s), so compare ratios from one invocation, and
-repeat the invocation when a figure matters.
+On small VMs the cost of a page fault varies several-fold from run to run (the system time of the same
+~300k faults of a 558 MB ingest ranges 0.6-2 s while user time stays within 10%), so compare ratios from one
+invocation, and repeat the invocation when a figure matters.
 
 Usage: python bench/bench_kineto.py [--synthetic-mb 500] [--skip-synthetic] [--repeat 2]
 """
@@ -63,8 +64,10 @@ WORKERS = {
         s = stallscope.open(os.path.join(d, "b.duckdb"))
         t, c = time.perf_counter(), cpu()
         r = s.ingest(path)
+        s.close()  # the last checkpoint: everything on disk
         dt, dc = time.perf_counter() - t, cpu() - c
         assert r[0].ok, r[0].message
+        s = stallscope.open(os.path.join(d, "b.duckdb"), read_only=True)
         rows = s.sql("SELECT count(*) FROM gpu_kernels").item()
         print(dt, hwm(), rows, dc)
     """,

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 GZIP_MAGIC = b"\x1f\x8b"
 RAW_MAX = 512  # characters of a rejected record kept in `rejects.raw`
+ROW_GROUP_ROWS = 122_880  # DuckDB's row group size
 
 
 @dataclass
@@ -164,6 +165,10 @@ class ParseContext:
         unknown = set(data.column_names) - set(t.names)
         if unknown:
             raise ValueError(f"{table} has no column(s) {sorted(unknown)}")
+        if data.num_rows > ROW_GROUP_ROWS and len(data.to_batches()) > 1:
+            # DuckDB ends every Arrow batch with a partial row group, and its next checkpoint rewrites runs of
+            # partial row groups into full ones: the table written twice. One contiguous batch avoids that.
+            data = data.combine_chunks()
         # A relation over the Arrow data, inserted directly: registering a view instead would keep the Arrow
         # buffers alive until the ingest transaction commits (DuckDB holds them for MVCC), doubling memory.
         exprs = [f"{self.source_id}::INTEGER AS source_id"] + [

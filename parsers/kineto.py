@@ -452,6 +452,7 @@ class _Loader:
                    "start_ns + dur_ns AS end_ns, name, external_id, CASE WHEN ncat = 'python_function' "
                    "THEN 'py' ELSE 'op' END AS fam FROM _kcpu "
                    "WHERE ncat <> 'python_function' OR name LIKE '%execute_model'")
+        dc.unregister("_kcpu")  # from here on only `_cpu_ops` reads the staged CPU rows, off the derivation cursor
         # Links and steps: each canonical table's rows are computed here, and written once all are known.
         self.out: dict[str, pa.Table] = {}
         # The nesting is numpy and Arrow work, which releases the GIL: it runs on a thread while DuckDB derives
@@ -467,7 +468,6 @@ class _Loader:
         release_freed()  # the nesting's temporaries, before the insert allocates
         ctx.write("cpu_ops", rows)
         del rows
-        dc.unregister("_kcpu")
         del self.staged["_kcpu"]
         for table, rows in self.out.items():
             ctx.write(table, rows)

@@ -118,3 +118,28 @@ def test_notebook_api_returns_polars(tmp_path):
     assert s.sql("SELECT count(*) AS n FROM rejects").item() == 0
     with pytest.raises(stallscope.errors.StallscopeError):
         s.table("no_such_table")
+
+
+def test_a_write_in_uneven_batches_lands_as_full_row_groups(tmp_path):
+    # DuckDB ends each Arrow batch with a partial row group; the next checkpoint would rewrite them all.
+    import pyarrow as pa
+
+    from stallscope.parsers.base import ROW_GROUP_ROWS, InputFile, Options, ParseContext
+
+    n = 3 * ROW_GROUP_ROWS + 5000
+    cuts = [0, 150_001, 200_000, 310_007, n]
+    table = pa.Table.from_batches([
+        pa.record_batch({"name": pa.array([f"op{i % 7}" for i in range(a, b)]),
+                         "start_ns": pa.array(range(a, b), pa.int64())}) for a, b in zip(cuts, cuts[1:])])
+    assert len(table.to_batches()) == 4
+    src = tmp_path / "x.json"
+    src.write_text("{}")
+    s = stallscope.open(tmp_path / "s.duckdb")
+    s.con.execute("BEGIN")
+    ctx = ParseContext(s.con, 1, InputFile(src), Options())
+    assert ctx.write("cpu_ops", table) == n
+    s.con.execute("COMMIT")
+    groups = s.con.execute("SELECT row_group_id, max(count) FROM pragma_storage_info('cpu_ops') "
+                           "GROUP BY ALL ORDER BY 1").fetchall()
+    assert [c for _, c in groups] == [ROW_GROUP_ROWS] * 3 + [5000]
+    assert s.sql("SELECT count(*) AS n, sum(start_ns) AS s FROM cpu_ops").row(0) == (n, n * (n - 1) // 2)
