@@ -128,7 +128,7 @@ def ingest_one(store, inp: InputFile, parser: Parser, fmt: str, options: Options
             [source_id, path, fmt, parser.name, parser.version, digest, inp.size, inp.compression,
              inp.path.stat().st_mtime_ns, time.time_ns()])
         ctx = ParseContext(con, source_id, inp, options, progress)
-        with arrow_pool():  # Arrow memory stays mapped from one batch to the next (see stallscope.memory)
+        with arrow_pool():  # jemalloc for Arrow while parsing: half the system time of mimalloc (stallscope.memory)
             parser.parse(ctx, fmt)
         c = ctx.counts
         if c.parsed == 0:

@@ -1,8 +1,10 @@
 """Vectorised interval nesting: depth, parent and innermost enclosing range per thread, by sorts and binary search.
 
 Ranges are half-open [start, end) on a thread (a dense int id). Ties at one instant order as: ranges that end
-there, then ranges that start there (longest first), then zero-length ranges' ends, then query points. Depth is the number of ranges open just before a range starts (0 = outermost). Everything is numpy
-sorting and searching, never a loop over events. numpy's sorts are vectorised (AVX-512 where the CPU has it).
+there, then ranges that start there (longest first), then zero-length ranges' ends, then query points. Depth is
+the number of ranges open just before a range starts (0 = outermost). Everything is numpy sorting and searching,
+never a loop over events (numpy's sorts are vectorised, AVX-512 where the CPU has it); dense thread keys come
+from Arrow's hash encoding.
 """
 from __future__ import annotations
 
