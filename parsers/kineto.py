@@ -331,9 +331,12 @@ class _Loader:
         # kept alive until commit, so memory would grow with every batch. Batches are staged as Arrow, not as
         # DuckDB temp tables, for the same reason.
         cur = self.con.cursor()
+        parts: dict[str, list[pa.Table]] = {"_kcpu": [], "_kother": [], "_kskip": []}
+        # Each parsed batch is routed on a thread (Arrow filters, one core) while DuckDB parses the next.
+        router = ThreadPoolExecutor(max_workers=1)
+        routing = None
         try:
             step = max(1, self.ctx.options.chunk_events)
-            parts: dict[str, list[pa.Table]] = {"_kcpu": [], "_kother": [], "_kskip": []}
             for lo in range(0, n, step):
                 batch = text.slice(lo, step)
                 raw = pa.table({"event_id": pa.array(np.arange(lo, lo + len(batch), dtype=np.int64)), "j": batch})
@@ -341,18 +344,16 @@ class _Loader:
                 cur.register("_kraw", pa.Table.from_batches(raw.to_batches(max_chunksize=_PARSE_BATCH)))
                 kb = cur.sql(parse).to_arrow_reader(step).read_all()
                 cur.unregister("_kraw")
-                # Routed by Arrow filters (a DuckDB query per route would scan the batch again).
-                dest = kb["stored_in"]
-                cpu = pc.equal(dest, "cpu_ops")
-                counted = pc.is_in(dest, _COUNTED_ONLY)
-                parts["_kcpu"].append(kb.select(list(_CPU_COLS)).filter(cpu))
-                parts["_kother"].append(kb.filter(pc.invert(pc.or_(cpu, counted))))
-                parts["_kskip"].append(kb.select(["ph", "cat", "stored_in", "start_ns", "dur_ns"]).filter(counted))
+                if routing is not None:
+                    routing.result()  # one batch in flight: memory stays bounded
+                routing = router.submit(_route, kb, parts)
                 del kb
                 release_parsed(src, text, lo + step)
                 self.ctx.progress(min(lo + step, n))
+            routing.result()
             self.staged = self._split_staged(cur, {t: pa.concat_tables(p) for t, p in parts.items()})
         finally:
+            router.shutdown(wait=True)
             cur.close()
         release_freed()  # the batches' memory: nothing that size is allocated again
         self.n_events = n
@@ -779,6 +780,16 @@ _ROUTES = {
     "_kmeta": (("trace_threads",), ("pid", "tid", "pid_s", "tid_s", "name", "meta_name", "labels")),
     "_krej": (("rejected",), ("event_id", "ph", "name")),
 }
+
+
+def _route(kb: pa.Table, parts: dict[str, list[pa.Table]]) -> None:
+    """One parsed batch into the staging parts, by Arrow filters (a DuckDB query per route would scan it again)."""
+    dest = kb["stored_in"]
+    cpu = pc.equal(dest, "cpu_ops")
+    counted = pc.is_in(dest, _COUNTED_ONLY)
+    parts["_kcpu"].append(kb.select(list(_CPU_COLS)).filter(cpu))
+    parts["_kother"].append(kb.filter(pc.invert(pc.or_(cpu, counted))))
+    parts["_kskip"].append(kb.select(["ph", "cat", "stored_in", "start_ns", "dur_ns"]).filter(counted))
 
 
 def _containment(calls: pa.Table, nest: Nesting, ev: np.ndarray, threads: DenseKeys) -> pa.Table:
