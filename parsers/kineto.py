@@ -453,23 +453,27 @@ class _Loader:
                    "start_ns + dur_ns AS end_ns, name, external_id, CASE WHEN ncat = 'python_function' "
                    "THEN 'py' ELSE 'op' END AS fam FROM _kcpu "
                    "WHERE ncat <> 'python_function' OR name LIKE '%execute_model'")
-        dc.unregister("_kcpu")  # from here on only `_cpu_ops` reads the staged CPU rows, off the derivation cursor
+        dc.unregister("_kcpu")  # from here on the staged CPU rows are read as Arrow, off the derivation cursor
         # Links and steps: each canonical table's rows are computed here, and written once all are known.
         self.out: dict[str, pa.Table] = {}
         # The nesting is numpy and Arrow work, which releases the GIL: it runs on a thread while DuckDB derives
         # everything that does not need it (only the containment links do).
         with ThreadPoolExecutor(max_workers=1) as pool:
-            nesting = pool.submit(self._cpu_ops)
+            nesting = pool.submit(self._nest_cpu_ops)
             self._steps_windows()
             self._runtime()
             self._gpu()
             self._steps()
-            rows = nesting.result()
+            # While the nesting finishes: the staged columns cpu_ops keeps as they are, made contiguous, so that
+            # DuckDB writes whole row groups (see ParseContext.write).
+            kept = {col: self.staged["_kcpu"][src].combine_chunks() for col, src in _CPU_KEPT}
+            rows = pa.table(nesting.result() | kept)
+            del kept
+        del self.staged["_kcpu"]
         self._containment_links()
-        release_freed()  # the nesting's temporaries, before the insert allocates
+        release_freed()  # the staged CPU rows and the nesting's temporaries, before the insert allocates
         ctx.write("cpu_ops", rows)
         del rows
-        del self.staged["_kcpu"]
         for table, rows in self.out.items():
             ctx.write(table, rows)
         self._meta(h, base, mode, rank, dist, lo, hi)
@@ -499,8 +503,9 @@ class _Loader:
         if unknown:
             self.ctx.notes.append(f"unknown event categories counted, not stored: {unknown}")
 
-    def _cpu_ops(self) -> pa.Table:
-        """cpu_ops rows with nesting depth and parent per thread (numpy sort/search, see stallscope.intervals).
+    def _nest_cpu_ops(self) -> dict[str, object]:
+        """The computed cpu_ops columns: times, and nesting depth and parent per thread (numpy sort/search, see
+        stallscope.intervals). Runs on a thread of its own.
 
         ATen ops and annotations nest among themselves, python functions among themselves: one nesting over
         (pid, tid, is python) keys does both. The runtime calls' enclosing ranges are looked up here too, so
@@ -508,19 +513,15 @@ class _Loader:
         ops = self.staged["_kcpu"]
         py = pc.equal(ops["ncat"], "python_function").to_numpy(zero_copy_only=False).astype(np.int64)
         threads = DenseKeys(_ints(ops["pid"]), _ints(ops["tid"]), py)
-        start = _ints(ops["start_ns"])
-        nest = Nesting(threads.ids, start, start + _ints(ops["dur_ns"]))
+        start, dur = _ints(ops["start_ns"]), _ints(ops["dur_ns"])  # never null in a stored complete event
+        nest = Nesting(threads.ids, start, start + dur)
         ev = _ints(ops["event_id"])
         self.containment = _containment(self.staged["_krt0"], nest, ev, threads)
         parent = _take(ev, nest.parent)
-        return pa.table({
-            "event_id": ev, "rank": pa.nulls(len(ev), pa.int32()) if self.rank is None else np.full(len(ev), self.rank,
-                                                                                                      np.int32),
-            "category": ops["ncat"], "pid": ops["pid"], "tid": ops["tid"], "start_ns": ops["start_ns"],
-            "end_ns": pc.add(ops["start_ns"], ops["dur_ns"]), "dur_ns": ops["dur_ns"], "name": ops["name"],
-            "external_id": ops["external_id"], "record_function_id": ops["record_function_id"],
-            "python_id": ops["python_id"], "python_parent_id": ops["python_parent_id"],
-            "depth": nest.depth.astype(np.int32), "parent_event_id": pa.array(parent, mask=parent < 0)})
+        n = len(ev)
+        return {"event_id": ev, "rank": pa.nulls(n, pa.int32()) if self.rank is None else np.full(n, self.rank, np.int32),
+                "start_ns": start, "end_ns": start + dur, "dur_ns": dur, "depth": nest.depth.astype(np.int32),
+                "parent_event_id": pa.array(parent, mask=parent < 0)}
 
     def _steps_windows(self) -> None:
         """Candidate step windows: execute_model python functions (best family present), else annotations."""
@@ -772,6 +773,10 @@ class _Loader:
 _COMMON = ("event_id", "ncat", "name", "pid", "tid", "start_ns", "dur_ns", "external_id")
 _CPU_COLS = _COMMON + ("record_function_id", "python_id", "python_parent_id")
 _COUNTED_ONLY = pa.array(["skipped", "unknown"])
+# cpu_ops columns taken as staged (canonical name, staged name); the others are computed by `_nest_cpu_ops`.
+_CPU_KEPT = (("category", "ncat"), ("pid", "pid"), ("tid", "tid"), ("name", "name"), ("external_id", "external_id"),
+             ("record_function_id", "record_function_id"), ("python_id", "python_id"),
+             ("python_parent_id", "python_parent_id"))
 _ROUTES = {
     "_krt0": (("runtime_calls",), _COMMON + ("correlation", "cbid", "cid", "kernel")),
     "_kgpu": (("gpu_kernels", "gpu_memops", "gpu_annotations"),
