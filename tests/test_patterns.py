@@ -9,7 +9,7 @@ import pytest
 
 import stallscope.parsers as parsers_pkg
 from stallscope.parsers.patterns import Pattern
-from conftest import ROOT
+from conftest import ROOT, real
 
 
 def _modules():
@@ -52,7 +52,10 @@ def test_samples_are_real(module, patterns):
         for s in p.samples:
             if not s.source:
                 continue
-            path = (ROOT / s.source).resolve()
+            # Sources are written relative to the repository ("../shared/real/..."); the fixtures may live
+            # elsewhere (STALLSCOPE_REAL).
+            prefix = "../shared/real/"
+            path = real(s.source[len(prefix):]) if s.source.startswith(prefix) else (ROOT / s.source).resolve()
             if s.source not in cache:
                 data = path.read_bytes()
                 if data[:2] == b"\x1f\x8b":
