@@ -36,7 +36,7 @@ def arrow_pool():
         try:
             pool = pa.jemalloc_memory_pool()
         except NotImplementedError:  # pyarrow built without jemalloc (Windows wheels)
-            pool = None
+            pass
     if pool is None:
         yield
         return
