@@ -151,6 +151,9 @@ class ParseContext:
         self.clock_residual_ns: int | None = None
         self._progress = progress
         self.notes: list[str] = []
+        # Where the parser is in the file, in words ("parsing events 0-399999"): an unexpected failure is
+        # reported with it (stallscope.ingest), never with the internal exception's text.
+        self.place = "reading the file"
 
     # -- writing -----------------------------------------------------------------------------------
     def write(self, table: str, data) -> int:

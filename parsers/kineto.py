@@ -11,8 +11,10 @@ need the nesting (time containment) come last. The ingest connection only writes
 from __future__ import annotations
 
 import gc
+import math
 import re
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import duckdb
 import msgspec
@@ -21,7 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .base import ParseContext, Parser
-from .eventtext import event_text, release_parsed, split_by_layout
+from .eventtext import (_WHITESPACE, MAX_DEPTH, event_text_at, layout_split, release_parsed, scan_elements, skip_whitespace,
+                        views)
 from .patterns import Pattern, Sample
 from stallscope.errors import InputError
 from stallscope.intervals import DenseKeys, Nesting
@@ -73,6 +76,11 @@ _SPEC = {exact: _transform_spec(exact) for exact in (False, True)}
 _PARSE_BATCH = 16_384
 _STAGE_SELECT = _staging_select()
 _raw_list_decoder = msgspec.json.Decoder(list[msgspec.Raw])
+_NON_WS = re.compile(rb"[^ \t\r\n]")
+_TIME_LIMIT_NS = 1 << 62  # times and durations beyond ±2^62 ns (146 years) are not times: their sums must fit int64
+# Reasons for texts that are not events at all (SQL literals).
+_WS_SQL = "chr(32) || chr(9) || chr(10) || chr(13)"
+_BAD_UTF8, _EMPTY, _NOT_JSON = "'not valid UTF-8 text'", "'empty traceEvents entry (a stray comma)'", "'not valid JSON'"
 _top_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 # -- step markers: formats as data, with the real lines they were taken from -------------------------------
@@ -192,6 +200,21 @@ class KinetoParser(Parser):
 PARSER = KinetoParser()
 
 
+@dataclass
+class _Events:
+    """The events of one trace as found: their texts, ids and byte offsets, and what was rejected on the way."""
+
+    header: dict
+    text: pa.Array  # one JSON text per event
+    starts: np.ndarray | None  # byte offset of each text in the decompressed data (None: a copy, offsets unknown)
+    how: str  # layout | decoded | scanned
+    ids: np.ndarray | None = None  # event_id of each text (None: 0..n-1); elements rejected before parsing are gaps
+    total: int = 0  # elements of traceEvents, the rejected-before-parsing ones included
+    early: list = field(default_factory=list)  # rejects found before parsing: (record_index, byte_offset, reason, raw)
+    cut: tuple | None = None  # (byte offset, reason, tail) when the file ends early
+    span: tuple[int, int] | None = None  # the array body [lo, hi): for offsets found only when a reject needs them
+
+
 class _Loader:
     """One trace file through the pipeline: decode → staging table → canonical tables → links → steps."""
 
@@ -203,202 +226,327 @@ class _Loader:
     # -- decoding ----------------------------------------------------------------------------------
     def run(self) -> None:
         ctx = self.ctx
+        ctx.place = "reading the file"
         dec = ctx.input.read_all(mapped=True)
         ctx.raw_bytes = len(dec.data)
         if not dec.data or (not dec.data[:4096].strip() and not dec.data.strip()):
             raise InputError(f"{ctx.path}: " + (dec.error or "no data"))
-        header, text, cut, guessed = self._split(dec.data, dec.error)
-        self.header = {k: _decode_small(v) for k, v in header.items()}
-        base = self.header.get("baseTimeNanoseconds")
-        self.base = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else None
-        self.truncated = cut is not None
-        if cut is not None:
-            offset, reason, tail = cut
+        ctx.place = "finding the events"
+        ev = self._events(dec.data, dec.error)
+        self.header = {k: _decode_small(v) for k, v in ev.header.items()}
+        self.base = self._base(self.header.get("baseTimeNanoseconds"))
+        self.truncated = ev.cut is not None
+        if ev.cut is not None:
+            offset, reason, tail = ev.cut
             ctx.reject(reason, tail, byte_offset=offset)
-        del header, cut
-        try:
-            self._stage(text, self.base or 0, dec.data)
-        except duckdb.InvalidInputException:
-            if not guessed:
-                raise
-            # The layout guess cut through an event (or an event is malformed): decode the array properly.
-            text = self._split(dec.data, dec.error, by_layout=False)[1]
-            self._stage(text, self.base or 0, dec.data)
+        invalid = self._stage(ev, dec.data)
+        if invalid is not None and ev.how == "layout":
+            # Pieces the layout split found that are not JSON: broken events, or a layout guess that cut through
+            # events (a nested list printed at the events' own indentation). Each run of them is split again by
+            # structure; where that finds other boundaries, the events are staged again with them.
+            better = self._resplit(ev, invalid, dec.data)
+            if better is not None:
+                ev = better
+                self._stage(ev, dec.data)
+        self.n_events = ev.total
         # The event texts pin the whole decompressed file; let it go before the derivation allocates more.
-        del text, dec
+        del ev, dec
         self._derive()
 
-    def _split(self, data, gzip_error: str | None, by_layout: bool = True):
-        """Header keys, the event texts, the cut (offset, reason, tail) if the file ends early, and whether the
-        events were found by layout (unvalidated until DuckDB parses them)."""
+    def _base(self, base) -> int | None:
+        if base is None:
+            return None
+        if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) \
+                or not 0 <= base < _TIME_LIMIT_NS:
+            self.ctx.notes.append(f"baseTimeNanoseconds {str(base)[:40]} is not a time in ns since 1970: ignored, "
+                                  "times are relative to the trace")
+            return None
+        return int(base)
+
+    def _events(self, data, gzip_error: str | None) -> _Events:
+        """The events of the file, by the fastest means that can read it: by layout, by decoding, by structure."""
         if gzip_error is None and (env := _envelope(data)) is not None:
             header, lo, hi = env
-            if by_layout and (text := split_by_layout(data, lo + 1, hi)) is not None:
-                return header, text, None, True
+            if (got := layout_split(data, lo + 1, hi)) is not None:
+                return _Events(header, got[0], got[1], "layout", total=len(got[0]), span=(lo + 1, hi))
             try:
                 raws = _raw_list_decoder.decode(memoryview(data)[lo: hi + 1])
-                return header, event_text(raws, data), None, False
-            except msgspec.DecodeError:
-                pass
-        if not isinstance(data, bytes):
-            data = data[:]  # a mapped file: the slower paths below work on a copy
-        header, raws, src, cut = self._decode(data, gzip_error)
-        return header, event_text(raws, src), cut, False
-
-    def _decode(self, data: bytes, gzip_error: str | None):
-        """Header keys and the raw event slices of the whole document; on a cut file, every complete event."""
-        try:
-            top = _top_decoder.decode(data)
-            if isinstance(top, dict) and "traceEvents" in top:
-                raws = _raw_list_decoder.decode(top.pop("traceEvents"))
-                return top, raws, data, None
-            if "traceEvents" not in top:
-                raise InputError(f"{self.ctx.path}: JSON object has no traceEvents")
-        except msgspec.ValidationError:
-            # A bare Chrome-trace array: `[ {event}, ... ]`.
-            try:
-                return {}, _raw_list_decoder.decode(data), data, None
-            except msgspec.DecodeError:
-                pass
-        except msgspec.DecodeError:
-            pass
-        return self._recover(data, gzip_error)
-
-    def _recover(self, data: bytes, gzip_error: str | None):
-        key = data.find(b'"traceEvents"')
-        bare = data.lstrip()[:1] == b"["
-        if key < 0 and not bare:
-            why = gzip_error or "JSON is malformed or cut before traceEvents"
-            raise InputError(f"{self.ctx.path}: not a readable trace ({why})")
-        header: dict = {}
-        if key >= 0:
-            start = data.find(b"[", key)
-            try:
-                header = _top_decoder.decode(data[:key] + b'"traceEvents": []}')
-                header.pop("traceEvents", None)
-            except msgspec.DecodeError:
-                header = {}
-        else:
-            start = data.find(b"[")
-        if start < 0:
-            raise InputError(f"{self.ctx.path}: trace cut before its first event ({gzip_error or 'JSON cut'})")
-        buf = bytearray(data[start:])
-        view = memoryview(buf)
-        pos = len(buf)
-        raws = None
-        for _ in range(10_000):
-            pos = buf.rfind(b"}", 0, pos)
-            if pos < 0:
-                break
-            if pos + 1 < len(buf):
-                saved = buf[pos + 1]
-                buf[pos + 1] = 0x5D  # ']'
-                try:
-                    raws = _raw_list_decoder.decode(view[: pos + 2])
-                    break
-                except msgspec.DecodeError:
-                    buf[pos + 1] = saved
+                text, starts = event_text_at(raws, data)
+                return _Events(header, text, starts, "decoded", total=len(text), span=(lo + 1, hi))
+            except (msgspec.DecodeError, RecursionError):
+                return self._scanned(data, header, lo + 1, hi, closed=True)
+        first = _NON_WS.search(data, 0, 1 << 20)
+        bare = first is not None and data[first.start(): first.start() + 1] == b"["
+        try:  # a valid document the envelope could not take apart (a bare array, a huge trailer)
+            if bare:
+                raws, header = _raw_list_decoder.decode(data), {}
             else:
-                try:
-                    raws = _raw_list_decoder.decode(bytes(buf) + b"]")
-                    break
-                except msgspec.DecodeError:
-                    pass
-        if not raws:
-            why = gzip_error or "JSON ends early"
-            raise InputError(f"{self.ctx.path}: not a readable trace: {why} before the first complete event")
-        # The raw slices point into `buf`, whose only change is past the last kept event.
-        kept_end = start + pos + 1 if raws else start + 1
-        tail = data[kept_end: kept_end + 512]
+                header = _top_decoder.decode(data)
+                if "traceEvents" not in header:
+                    raise InputError(f"{self.ctx.path}: JSON object has no traceEvents")
+                raws = _raw_list_decoder.decode(header.pop("traceEvents"))
+            text, starts = event_text_at(raws, data)
+            return _Events(header, text, starts, "decoded", total=len(text))
+        except (msgspec.DecodeError, RecursionError):
+            pass
+        # Not valid JSON as a whole (cut, NaN literals, broken events, nesting too deep): split by structure.
         why = gzip_error or "JSON ends early"
-        reason = (f"trace cut: {why}; kept {len(raws)} complete events, dropped {len(data) - kept_end} bytes "
-                  f"after decompressed byte {kept_end}")
-        return header, raws, buf, (kept_end, reason, tail.lstrip(b", \r\n\t"))
+        if bare:
+            return self._scanned(data, {}, first.start() + 1, len(data), closed=False, why=why)
+        key = data.find(b'"traceEvents"')
+        start = data.find(b"[", key) if key >= 0 else -1
+        if key < 0 or data[key + 13: max(start, key + 13)].strip(b" \t\r\n") != b":":
+            raise InputError(f"{self.ctx.path}: not a readable trace "
+                             f"({gzip_error or 'JSON is malformed or cut before traceEvents'})")
+        try:
+            header = _top_decoder.decode(data[:key] + b'"traceEvents": []}')
+            header.pop("traceEvents", None)
+        except (msgspec.DecodeError, RecursionError):
+            header = {}
+            self.ctx.notes.append("the header keys before traceEvents do not decode: ignored")
+        return self._scanned(data, header, start + 1, len(data), closed=False, why=why, head_end=key)
 
-    def _stage(self, text: pa.Array, offset_ns: int, src=None) -> None:
+    def _scanned(self, data, header: dict, lo: int, hi: int, closed: bool, why: str = "",
+                 head_end: int | None = None) -> _Events:
+        """The elements of the array body data[lo:hi] by structure. `closed`: the body is known to be whole
+        (the envelope found its `]`); otherwise the array ends at its own `]` or the file ends first."""
+        el = scan_elements(data, lo, hi, stop_at_close=not closed)
+        cut = None
+        n = len(el)
+        if not closed and el.closed is None:
+            # The file ends inside the array: the last element is kept only if it is complete in itself.
+            if n and (el.tail_open or not _ends_a_value(data, el.starts[-1], el.starts[-1] + el.lens[-1])):
+                n -= 1
+            kept_end = int(el.starts[n - 1] + el.lens[n - 1]) if n else lo
+            kept_end = int(_strip_end(data, lo if not n else int(el.starts[n - 1]), kept_end))
+            tail = data[kept_end: kept_end + 512]
+            cut = (kept_end, f"trace cut: {why}; kept {n} complete events, dropped {len(data) - kept_end} bytes "
+                             f"after decompressed byte {kept_end}", bytes(tail).lstrip(b", \r\n\t"))
+            if n == 0:
+                raise InputError(f"{self.ctx.path}: not a readable trace: {why} before the first complete event")
+        elif not closed and head_end is not None:
+            # The array closed; the header keys after it (Kineto writes baseTimeNanoseconds there) must decode.
+            trailer = data[el.closed + 1:]
+            try:
+                more = _top_decoder.decode(data[:head_end] + b'"traceEvents": []' + trailer)
+                more.pop("traceEvents", None)
+                header = {**header, **more}
+            except (msgspec.DecodeError, RecursionError):
+                at = el.closed + 1
+                cut = (at, f"trace cut or malformed after its events ({why}): the header keys after traceEvents "
+                           f"are lost, from decompressed byte {at}", bytes(data[at: at + 512]))
+        starts, lens, depth = el.starts[:n], el.lens[:n], el.depth[:n]
+        deep = depth > MAX_DEPTH
+        early = []
+        if deep.any():
+            at = np.flatnonzero(deep)
+            offsets = skip_whitespace(data, starts[at], starts[at] + lens[at])
+            early = [(int(i), int(o), f"nested deeper than {MAX_DEPTH} levels (depth limit)",
+                      bytes(data[o: o + 64]).decode("utf-8", "replace")) for i, o in zip(at, offsets)]
+        keep = np.flatnonzero(~deep)
+        big = lens[keep] >= (1 << 30)  # a view cannot hold it; no trace event is that long
+        if big.any():
+            for i in keep[big]:
+                early.append((int(i), int(starts[i]), "event longer than 1 GiB", None))
+            keep = keep[~big]
+        text = views(data, starts[keep], lens[keep])
+        return _Events(header, text, starts[keep], "scanned", ids=keep.astype(np.int64), total=n, early=early,
+                       cut=cut, span=(lo, hi))
+
+    def _resplit(self, ev: _Events, invalid: np.ndarray, data) -> _Events | None:
+        """Layout pieces that are not JSON, split again by structure, run by run; None when that changes nothing."""
+        starts, lens = ev.starts, _view_lengths(ev.text)
+        runs = np.split(invalid, np.flatnonzero(np.diff(invalid) != 1) + 1)
+        if len(runs) > 1000:  # many broken stretches: one structural pass over everything is cheaper
+            return self._scanned(data, ev.header, ev.span[0], ev.span[1], closed=True)
+        pieces_s, pieces_l, changed = [], [], False
+        prev = 0
+        for run in runs:
+            a, b = int(run[0]), int(run[-1]) + 1
+            lo, hi = int(starts[a]), int(starts[b - 1] + lens[b - 1])
+            el = scan_elements(data, lo, hi, stop_at_close=False)
+            same = len(el) == b - a and np.array_equal(el.starts + el.lens, starts[a:b] + lens[a:b])
+            changed |= not same
+            pieces_s += [starts[prev:a], el.starts]
+            pieces_l += [lens[prev:a], el.lens]
+            prev = b
+        if not changed:
+            return None
+        pieces_s.append(starts[prev:])
+        pieces_l.append(lens[prev:])
+        s, n = np.concatenate(pieces_s), np.concatenate(pieces_l)
+        return _Events(ev.header, views(data, s, n), s, "layout+scanned", total=len(s), span=ev.span)
+
+    def _stage(self, ev: _Events, src=None) -> np.ndarray | None:
         """Event texts → narrow typed staging tables, a batch at a time (memory stays bounded on huge traces).
 
         DuckDB parses each batch on all cores into one typed table whose rows go three ways: CPU ops (most
         rows) to `_kcpu`, other stored or rejected events to `_kother`, events only counted to `_kskip`.
         At the end `_kother` splits into `_krt0` (runtime calls), `_kgpu` (GPU activity), `_kmeta`, `_krej`,
         and `_kacc` counts every event by (ph, cat, destination). Each staging table carries every column
-        its canonical table needs, so no later step joins an event back together."""
+        its canonical table needs, so no later step joins an event back together.
+
+        A batch DuckDB cannot parse (text that is not JSON, or not UTF-8) is parsed again with every event
+        checked first; returns the positions (in `ev.text`) of the events that are not JSON, or None."""
+        text = ev.text
         n = len(text)
-        if n == 0:
+        if ev.total == 0:
             raise InputError(f"{self.ctx.path}: trace has no events")
-        parse = self._parse_sql(offset_ns)
+        fast, careful = self._parse_sql(self.base or 0, False), self._parse_sql(self.base or 0, True)
         # Parsing runs on a cursor outside the ingest transaction: Arrow inputs registered inside it would be
         # kept alive until commit, so memory would grow with every batch. Batches are staged as Arrow, not as
         # DuckDB temp tables, for the same reason.
         cur = self.con.cursor()
         parts: dict[str, list[pa.Table]] = {"_kcpu": [], "_kother": [], "_kskip": []}
+        invalid: list[np.ndarray] = []
         # Each parsed batch is routed on a thread (Arrow filters, one core) while DuckDB parses the next.
         router = ThreadPoolExecutor(max_workers=1)
         routing = None
         try:
             step = max(1, self.ctx.options.chunk_events)
             for lo in range(0, n, step):
+                self.ctx.place = f"parsing events {lo}-{min(lo + step, n) - 1}"
                 batch = text.slice(lo, step)
-                raw = pa.table({"event_id": pa.array(np.arange(lo, lo + len(batch), dtype=np.int64)), "j": batch})
-                # Several record batches let DuckDB parse them on all cores.
-                cur.register("_kraw", pa.Table.from_batches(raw.to_batches(max_chunksize=_PARSE_BATCH)))
-                kb = cur.sql(parse).to_arrow_reader(step).read_all()
-                cur.unregister("_kraw")
+                ids = pa.array(np.arange(lo, lo + len(batch), dtype=np.int64) if ev.ids is None else ev.ids[lo: lo + step])
+                try:
+                    kb = self._parse_batch(cur, fast, ids, batch)
+                except duckdb.InvalidInputException:
+                    kb = self._parse_batch(cur, careful, ids, batch.view(pa.binary_view())
+                                           if batch.type == pa.string_view() else batch.cast(pa.large_binary()))
+                    bad = pc.equal(kb["stored_in"], "invalid")
+                    invalid.append(_ints(kb["event_id"].filter(bad)))
+                    kb = kb.set_column(kb.column_names.index("stored_in"), "stored_in",
+                                       pc.if_else(bad, "rejected", kb["stored_in"]))
                 if routing is not None:
                     routing.result()  # one batch in flight: memory stays bounded
                 routing = router.submit(_route, kb, parts)
                 del kb
                 release_parsed(src, text, lo + step)
                 self.ctx.progress(min(lo + step, n))
-            routing.result()
-            self.staged = self._split_staged(cur, {t: pa.concat_tables(p) for t, p in parts.items()})
+            if routing is not None:
+                routing.result()
+            self.ctx.place = "sorting the parsed events"
+            self.staged = self._split_staged(cur, {t: pa.concat_tables(p) if p else None for t, p in parts.items()},
+                                             ev, src)
         finally:
             router.shutdown(wait=True)
             cur.close()
         release_freed()  # the batches' memory: nothing that size is allocated again
-        self.n_events = n
+        found = np.concatenate(invalid) if invalid else np.empty(0, dtype=np.int64)
+        return found if len(found) else None
 
-    def _parse_sql(self, offset_ns: int) -> str:
-        """One batch of `_kraw` event texts → typed columns, the normalised category and the destination."""
+    @staticmethod
+    def _parse_batch(cur, sql: str, ids: pa.Array, batch: pa.Array) -> pa.Table:
+        raw = pa.table({"event_id": ids, "j": batch})
+        # Several record batches let DuckDB parse them on all cores.
+        cur.register("_kraw", pa.Table.from_batches(raw.to_batches(max_chunksize=_PARSE_BATCH)))
+        try:
+            return cur.sql(sql).to_arrow_reader(len(batch)).read_all()
+        finally:
+            cur.unregister("_kraw")
+
+    def _parse_sql(self, offset_ns: int, careful: bool) -> str:
+        """One batch of `_kraw` event texts → typed columns, the normalised category, the destination and, for a
+        rejected event, why. `careful` takes the texts as bytes and checks each is UTF-8 JSON before parsing it."""
         fast = ", ".join(f"'{k}'" for k in sorted(set(_STORED) | _KNOWN_NOISE))
         norm = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in _CAT_NORMAL.items())
         stored_case = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in _STORED.items())
         noise = ", ".join(f"'{c}'" for c in sorted(_KNOWN_NOISE))
         stored = ", ".join(f"'{k}'" for k in _STORED)
+        tables = ", ".join(f"'{t}'" for t in sorted(set(_STORED.values())))
         py_kept = "true" if self.ctx.options.keep_python_functions else "name LIKE '%execute_model'"
         # Relative timestamps (< 8e12 µs) are exact in a double; absolute epoch-µs ones (~1.7e15, old traces
         # without baseTimeNanoseconds) are not, so those are read as text and go through exact decimals.
+        # A time must stay within ±2^62 ns after the base is added, a duration below 2^62 ns: their sum fits.
         exact = not offset_ns
-        ts_ns = ("coalesce(CAST(round(TRY_CAST(ts AS DECIMAL(38, 6)) * 1000) AS BIGINT), "
-                 "CAST(round(TRY_CAST(ts AS DOUBLE) * 1000) AS BIGINT))" if exact else
-                 "CAST(round(ts * 1000) AS BIGINT)")
+        lim = 1 << 62
+        if exact:
+            ts_ns = ("coalesce(TRY_CAST(round(TRY_CAST(ts AS DECIMAL(38, 6)) * 1000) AS BIGINT), "
+                     "TRY_CAST(round(TRY_CAST(ts AS DOUBLE) * 1000) AS BIGINT))")
+            start_ns, range_ns = ts_ns, f"CASE WHEN ts_ns0 BETWEEN {-lim} AND {lim} THEN ts_ns0 END"
+            ts_num = "TRY_CAST(ts AS DOUBLE)"
+        else:
+            hi_us, lo_us = (lim - offset_ns) / 1000 - 1, (-lim - offset_ns) / 1000 + 1
+            # NaN compares above every number in DuckDB, so it fails `ts < hi`.
+            start_ns = f"CASE WHEN ts > {lo_us!r} AND ts < {hi_us!r} THEN CAST(round(ts * 1000) AS BIGINT) + {offset_ns} END"
+            range_ns, ts_num = "ts_ns0", "ts"
+        dur_hi = lim / 1000 - 1
+        if careful:
+            source = (f"(SELECT event_id, j, CASE WHEN j IS NULL THEN {_BAD_UTF8} WHEN NOT json_valid(j) THEN "
+                      f"CASE WHEN regexp_full_match(j, '\\s*') THEN {_EMPTY} ELSE {_NOT_JSON} END END AS bad, b "
+                      f"FROM (SELECT event_id, try(decode(j)) AS j, j AS b FROM _kraw))")
+            parsed = f"CASE WHEN bad IS NULL THEN json_transform(j, '{_SPEC[exact]}') END"
+            raw = f"coalesce(left(ltrim(j, {_WS_SQL}), 512), left(CAST(b AS VARCHAR), 512))"
+        else:
+            source, parsed, raw = "(SELECT event_id, j, NULL::VARCHAR AS bad FROM _kraw)", \
+                f"json_transform(j, '{_SPEC[exact]}')", f"left(ltrim(j, {_WS_SQL}), 512)"
+
+        def why(field):
+            kind = f"json_type(j, '$.{field}')"
+            return (f"CASE coalesce({kind}, 'MISSING') WHEN 'MISSING' THEN '{field} missing' "
+                    f"WHEN 'VARCHAR' THEN '{field} is a string that is not a number' "
+                    f"ELSE '{field} is ' || lower({kind}) END")
+
         return f"""
             WITH t AS (
-                SELECT event_id, {_STAGE_SELECT},
+                SELECT * EXCLUDE (e), {_STAGE_SELECT},
                        -- Metadata names processes and threads by their raw ids, numeric or not.
                        CASE WHEN e.ph = 'M' THEN json_extract_string(j, '$.pid') END AS pid_s,
                        CASE WHEN e.ph = 'M' THEN json_extract_string(j, '$.tid') END AS tid_s
-                FROM (SELECT event_id, j, json_transform(j, '{_SPEC[exact]}') AS e FROM _kraw)),
+                FROM (SELECT *, {parsed} AS e FROM {source})),
             c AS (
-                SELECT * EXCLUDE (ts, dur),
+                SELECT *,
                        CASE WHEN cat IN ({fast}) THEN cat ELSE CASE lower(cat) {norm} ELSE cat END END AS ncat,
-                       {ts_ns} + {offset_ns} AS start_ns,
-                       greatest(CAST(round(coalesce(dur, 0) * 1000) AS BIGINT), 0) AS dur_ns
-                FROM t)
-            SELECT *,
-                   CASE WHEN ph IS NULL OR (ph = 'X' AND start_ns IS NULL) THEN 'rejected'
-                        WHEN ph = 'X' AND ncat = 'python_function' AND NOT ({py_kept}) THEN 'skipped'
-                        WHEN ph = 'X' AND ncat IN ({stored}) THEN CASE ncat {stored_case} END
-                        WHEN ph = 'M' AND name IN ('process_name', 'thread_name', 'process_labels')
-                             THEN 'trace_threads'
-                        WHEN ph IN ('M', 's', 'f', 't', 'i', 'I', 'C', 'b', 'e', 'n', 'R', 'P', 'O', 'N', 'D')
-                             OR lower(cat) IN ({noise}) THEN 'skipped'
-                        ELSE 'unknown' END AS stored_in
-            FROM c"""
+                       {start_ns} AS ts_ns0,
+                       -- An X event without dur is an instant; one whose dur is there but unusable is rejected.
+                       CASE WHEN dur IS NULL THEN CASE WHEN ph IS NULL OR ph <> 'X' THEN 0
+                                                        WHEN json_type(j, '$.dur') IS NULL THEN 0 END
+                            WHEN dur >= 0 AND dur < {dur_hi!r} THEN CAST(round(dur * 1000) AS BIGINT)
+                            WHEN ph <> 'X' THEN 0 END AS dur_ns
+                FROM t),
+            d AS (
+                SELECT *, {range_ns} AS start_ns,
+                       CASE WHEN ph IS NULL THEN NULL
+                            WHEN ph = 'X' AND ncat = 'python_function' AND NOT ({py_kept}) THEN 'skipped'
+                            WHEN ph = 'X' AND ncat IN ({stored}) THEN CASE ncat {stored_case} END
+                            WHEN ph = 'M' AND name IN ('process_name', 'thread_name', 'process_labels')
+                                 THEN 'trace_threads'
+                            WHEN ph IN ('M', 's', 'f', 't', 'i', 'I', 'C', 'b', 'e', 'n', 'R', 'P', 'O', 'N', 'D')
+                                 OR lower(cat) IN ({noise}) THEN 'skipped'
+                            ELSE 'unknown' END AS dest
+                FROM c),
+            r AS (
+                SELECT *,
+                       CASE WHEN bad IS NOT NULL THEN bad
+                            WHEN ph IS NULL THEN CASE coalesce(json_type(j), 'NULL') WHEN 'OBJECT'
+                                 THEN 'not a trace event (no "ph")'
+                                 WHEN 'ARRAY' THEN 'not a trace event: an array, not an object'
+                                 WHEN 'VARCHAR' THEN 'not a trace event: a string, not an object'
+                                 WHEN 'BOOLEAN' THEN 'not a trace event: a boolean, not an object'
+                                 WHEN 'NULL' THEN 'not a trace event: null, not an object'
+                                 ELSE 'not a trace event: a number, not an object' END
+                            WHEN ph <> 'X' THEN NULL
+                            WHEN start_ns IS NULL THEN 'complete (X) event without ts: ' || CASE
+                                 WHEN {ts_num} IS NULL THEN {why('ts')} WHEN isnan({ts_num}) THEN 'ts is NaN'
+                                 WHEN isinf({ts_num}) THEN 'ts is infinite' ELSE 'ts out of range' END
+                            WHEN dur_ns IS NULL THEN 'complete (X) event with an unusable dur: ' || CASE
+                                 WHEN dur IS NULL THEN {why('dur')} WHEN isnan(dur) THEN 'dur is NaN'
+                                 WHEN isinf(dur) THEN 'dur is infinite' WHEN dur < 0 THEN 'dur is negative'
+                                 ELSE 'dur out of range' END
+                            WHEN dest NOT IN ({tables}) THEN NULL
+                            WHEN pid IS NULL THEN ncat || ' event without an integer pid: ' || {why('pid')}
+                            WHEN tid IS NULL THEN ncat || ' event without an integer tid: ' || {why('tid')}
+                            END AS reason
+                FROM d)
+            SELECT * EXCLUDE (j, bad, ts, dur, ts_ns0, dest{', b' if careful else ''}),
+                   CASE WHEN reason IS NOT NULL THEN {raw} END AS raw,
+                   CASE WHEN bad = {_NOT_JSON} THEN 'invalid' WHEN reason IS NOT NULL THEN 'rejected' ELSE dest END
+                       AS stored_in
+            FROM r"""
 
-    @staticmethod
-    def _split_staged(cur, staged: dict[str, pa.Table]) -> dict[str, pa.Table]:
-        """`_kother` into the small per-destination tables, and the per-(ph, cat, destination) counts."""
+    def _split_staged(self, cur, staged: dict[str, pa.Table | None], ev: _Events, src) -> dict[str, pa.Table]:
+        """`_kother` into the small per-destination tables, the per-(ph, cat, destination) counts, and the
+        rejects with their byte offsets."""
         other = staged.pop("_kother")
         cur.register("_kother", other)
         for name, (dests, cols) in _ROUTES.items():
@@ -413,7 +561,32 @@ class _Loader:
                   UNION ALL SELECT ph, cat, stored_in, start_ns, dur_ns FROM _kother
                   UNION ALL SELECT ph, cat, stored_in, start_ns, dur_ns FROM _kskip)
             GROUP BY ph, cat, stored_in""").to_arrow_table()
+        staged["_krej"] = self._reject_rows(staged.pop("_krej"), ev, src)
         return staged
+
+    def _reject_rows(self, rej: pa.Table, ev: _Events, src) -> pa.Table:
+        """The rejects table rows: every event rejected while parsing or before, at its first byte."""
+        early = ev.early
+        ids = np.concatenate([_ints(rej["event_id"]), np.array([e[0] for e in early], dtype=np.int64)])
+        reasons = rej["reason"].to_pylist() + [e[2] for e in early]
+        raws = rej["raw"].to_pylist() + [e[3] for e in early]
+        offsets = np.full(len(ids), -1, dtype=np.int64)
+        n_parsed = rej.num_rows
+        offsets[n_parsed:] = [e[1] for e in early]
+        if n_parsed:
+            starts, pos = ev.starts, _ints(rej["event_id"])
+            if ev.ids is not None:
+                pos = np.searchsorted(ev.ids, pos)
+            if starts is None and ev.span is not None and src is not None:
+                # Events decoded into a copy: their offsets come from a structural pass, needed only now.
+                el = scan_elements(src, ev.span[0], ev.span[1], stop_at_close=False)
+                starts = el.starts if len(el) == ev.total else None
+            if starts is not None:
+                at = starts[pos]
+                limit = at + _view_lengths(ev.text)[pos] if ev.starts is not None else at + 64
+                offsets[:n_parsed] = skip_whitespace(src, at, limit)
+        return pa.table({"record_index": pa.array(ids), "byte_offset": pa.array(offsets, mask=offsets < 0),
+                         "reason": pa.array(reasons, pa.string()), "raw": pa.array(raws, pa.string())})
 
     # -- derivation (SQL) --------------------------------------------------------------------------
     def _derive(self) -> None:
@@ -490,9 +663,7 @@ class _Loader:
         dc = self.dc
         self.ctx.write("trace_categories", dc.sql(
             "SELECT ph, cat, sum(events) AS events, stored_in FROM _kacc GROUP BY ph, cat, stored_in").to_arrow_table())
-        self.ctx.write_rejects(dc.sql(
-            "SELECT event_id AS record_index, CASE WHEN ph IS NULL THEN 'not a trace event (no \"ph\")' "
-            "ELSE 'complete (X) event without ts' END AS reason, name AS raw FROM _krej").to_arrow_table())
+        self.ctx.write_rejects(self.staged["_krej"])
         parsed, skipped = dc.execute(
             "SELECT coalesce(sum(events) FILTER (WHERE stored_in NOT IN ('skipped', 'unknown', 'rejected')), 0), "
             "coalesce(sum(events) FILTER (WHERE stored_in IN ('skipped', 'unknown')), 0) FROM _kacc").fetchall()[0]
@@ -783,7 +954,7 @@ _ROUTES = {
               _COMMON + ("correlation", "device", "stream", "grid", "block", "registers", "shared_memory",
                          "blocks_per_sm", "warps_per_sm", "occupancy", "nbytes", "bandwidth", "kind")),
     "_kmeta": (("trace_threads",), ("pid", "tid", "pid_s", "tid_s", "name", "meta_name", "labels")),
-    "_krej": (("rejected",), ("event_id", "ph", "name")),
+    "_krej": (("rejected",), ("event_id", "reason", "raw")),
 }
 
 
@@ -837,6 +1008,8 @@ def _envelope(data):
             header = _top_decoder.decode(prefix + b"[]" + data[end + 1:])
         except msgspec.DecodeError:
             continue
+        except RecursionError:  # a header nested too deep for the decoder: the slow path says so
+            return None
         if bytes(header.pop("traceEvents", b"")) != b"[]":
             return None
         return header, start, end
@@ -846,8 +1019,34 @@ def _envelope(data):
 def _decode_small(raw) -> object:
     try:
         return msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
+
+
+def _view_lengths(text: pa.Array) -> np.ndarray:
+    """Byte length of every text (string views hold it in the view itself)."""
+    if text.type == pa.string_view():
+        v = np.frombuffer(text.buffers()[1], dtype=np.int32).reshape(-1, 4)
+        return v[text.offset: text.offset + len(text), 0].astype(np.int64)
+    return pc.binary_length(text).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _strip_end(data, lo: int, end: int) -> int:
+    """`end` moved back over trailing JSON whitespace, not before `lo`."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    while end > lo:
+        a = max(lo, end - 4096)
+        solid = np.flatnonzero(~_WHITESPACE[buf[a:end]])
+        if len(solid):
+            return a + int(solid[-1]) + 1
+        end = a
+    return lo
+
+
+def _ends_a_value(data, lo: int, end: int) -> bool:
+    """Whether an element cut off by the end of the file still ends like a complete object or array."""
+    last = _strip_end(data, lo, end)
+    return last > lo and data[last - 1: last] in (b"}", b"]")
 
 
 def _take(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
