@@ -166,12 +166,22 @@ PARSER = BenchJsonParser()
 
 # -- decoding ---------------------------------------------------------------------------------------------------
 
+class _BadJson(ValueError):
+    """JSON that does not decode, said in words (where and why), not as the decoder's exception."""
+
+
 def _loads(raw: bytes):
     """orjson first; Python's json for what orjson refuses but Python writes (Infinity, NaN: SGLang's inf rate)."""
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
+        pass
+    try:
         return json.loads(raw.decode("utf-8", "replace"))
+    except RecursionError:
+        raise _BadJson("JSON nested deeper than the decoder's depth limit (~1000 levels)") from None
+    except json.JSONDecodeError as e:
+        raise _BadJson(f"invalid JSON at byte {e.pos} (line {e.lineno}, column {e.colno}): {e.msg}") from None
 
 
 def _split_runs(ctx: ParseContext, data: bytes, gzip_error: str | None) -> list[tuple[int, dict]]:
@@ -179,7 +189,7 @@ def _split_runs(ctx: ParseContext, data: bytes, gzip_error: str | None) -> list[
     whole: BaseException | None = None
     try:
         obj = _loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+    except _BadJson as e:
         whole = e
     if whole is None:
         if not isinstance(obj, dict) or not _is_run(obj):
@@ -190,7 +200,7 @@ def _split_runs(ctx: ParseContext, data: bytes, gzip_error: str | None) -> list[
     first_end = data.find(b"\n")
     try:
         first = _loads(data[:first_end]) if first_end > 0 else None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+    except _BadJson:
         first = None
     if not isinstance(first, dict):
         where = f" ({gzip_error})" if gzip_error else ""
@@ -204,7 +214,7 @@ def _split_runs(ctx: ParseContext, data: bytes, gzip_error: str | None) -> list[
             continue
         try:
             rec = _loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        except _BadJson as e:
             ctx.reject(f"JSON Lines record does not decode (truncated?): {_one_line(e)}", raw[:2048],
                        line_no=line_no, byte_offset=start)
             continue
@@ -248,7 +258,10 @@ class _Run:
     def load(self):
         ctx, obj = self.ctx, self.obj
         ctx.counts.parsed += 1  # the run object itself
-        duration = _num(obj.get("duration"))
+        self.bad_keys = _check_run_fields(obj)
+        for key, why in self.bad_keys.items():
+            ctx.notes.append(f"run {self.run_index}: `{key}` {why}" + _NEEDS.get(key, ": stored as text only"))
+        duration = None if "duration" in self.bad_keys else _num(obj.get("duration"))
         anchor_ns, anchor_note = align.run_start_anchor_ns(obj.get("date"), duration, ctx.options.tz)
         df = self._frame()
         df, bug = self._itl_bug(df)
@@ -308,18 +321,15 @@ class _Run:
         n = common
         cols: dict[str, pl.Series] = {"request_index": pl.Series(np.arange(n, dtype=np.int32))}
 
-        def series(key, dtype):
-            return pl.Series(arrays[key][:n], dtype=dtype, strict=False) if key in arrays else None
-
+        wrong: dict[str, np.ndarray] = {}  # per column: entries of the wrong JSON type (read as null)
         for key, col, dtype in (("input_lens", "prompt_tokens", pl.Int64), ("output_lens", "output_tokens", pl.Int64),
                                 ("ttfts", "ttft", pl.Float64), ("latencies", "latency", pl.Float64),
                                 ("start_times", "start", pl.Float64), ("itls", "itl", pl.List(pl.Float64)),
-                                ("successes", "success", pl.Boolean)):
-            s = series(key, dtype)
-            if s is not None:
-                cols[col] = s
-        if "errors" in arrays:
-            cols["error"] = pl.Series(arrays["errors"][:n], dtype=pl.String, strict=False)
+                                ("successes", "success", pl.Boolean), ("errors", "error", pl.String)):
+            if key in arrays:
+                cols[col], bad = _series(arrays[key][:n], dtype)
+                if bad is not None:
+                    wrong[col] = bad
         df = pl.DataFrame(cols, height=n) if n else pl.DataFrame({"request_index": pl.Series([], dtype=pl.Int32)})
         for c, dtype in (("prompt_tokens", pl.Int64), ("output_tokens", pl.Int64), ("ttft", pl.Float64),
                          ("latency", pl.Float64), ("start", pl.Float64), ("itl", pl.List(pl.Float64)),
@@ -335,26 +345,44 @@ class _Run:
         if "errors" not in arrays and "successes" not in arrays and placeholders:
             failed = failed | pl.all_horizontal([c.fill_null(True) for c in placeholders])
         df = df.with_columns(ok=~failed.fill_null(False))
+        for col, bad in wrong.items():
+            df = df.with_columns(pl.Series(f"_wrong_{col}", bad))
         # Unusable successful requests: no valid TTFT (when TTFTs were saved), or a gap that is not a finite
         # non-negative number.
         el = pl.element()
-        bad_gap = pl.col("itl").list.eval(el.is_null() | el.is_nan() | (el < 0)).list.any()
-        bad_ttft = (pl.col("ttft").is_null() | pl.col("ttft").is_nan() | (pl.col("ttft") < 0)) if "ttfts" in arrays \
-            else pl.lit(False)
+        bad_gap = pl.col("itl").list.eval(el.is_null() | ~el.is_finite() | (el < 0) | (el > MAX_SECONDS)).list.any()
+        bad_ttft = (pl.col("ttft").is_null() | ~pl.col("ttft").is_finite() | (pl.col("ttft") < 0)
+                    | (pl.col("ttft") > MAX_SECONDS)) if "ttfts" in arrays else pl.lit(False)
+
+        def wrong_type(col):
+            return pl.col(f"_wrong_{col}") if col in wrong else pl.lit(False)
+
+        def bad_count(col, key):
+            return (wrong_type(col) | (pl.col(col) < 0) | (pl.col(col) >= 1 << 31)).fill_null(False) \
+                if key in arrays else pl.lit(False)
+
+        bad_start = (wrong_type("start") | ~pl.col("start").is_finite() | (pl.col("start").abs() > MAX_SEND_SECONDS)) \
+            .fill_null(False) if "start_times" in arrays else pl.lit(False)
         df = df.with_columns(
             reason=pl.when(~pl.col("ok")).then(None)
+            .when(wrong_type("ttft")).then(pl.lit("ttfts[i] is not a number"))
             .when(bad_ttft).then(pl.lit("successful request without a valid TTFT (ttfts[i])"))
+            .when(wrong_type("itl")).then(pl.lit("itls[i] is not a list of gaps"))
             .when(bad_gap.fill_null(False)).then(pl.lit("itls[i] holds a gap that is not a finite non-negative number"))
+            .when(bad_count("prompt_tokens", "input_lens")).then(pl.lit("input_lens[i] is not a token count"))
+            .when(bad_count("output_tokens", "output_lens")).then(pl.lit("output_lens[i] is not a token count"))
+            .when(bad_start).then(pl.lit("start_times[i] is not a finite time in seconds"))
             .otherwise(None))
         bad = df.filter(pl.col("reason").is_not_null())
         if bad.height:
             ctx.write_rejects(bad.select(
                 pl.lit(self.line_no, dtype=pl.Int64).alias("line_no"),
                 pl.col("request_index").cast(pl.Int64).alias("record_index"), "reason",
-                pl.format("ttft={} itl[:5]={}", pl.col("ttft"),
-                          pl.col("itl").list.head(5).cast(pl.List(pl.String)).list.join(",")).alias("raw")).to_arrow())
+                pl.format("ttft={} itl[:5]={}", pl.col("ttft").cast(pl.String).fill_null("null"),
+                          pl.col("itl").list.head(5).cast(pl.List(pl.String)).list.join(",").fill_null("null"))
+                .alias("raw")).to_arrow())
             df = df.filter(pl.col("reason").is_null())
-        return df.drop("reason")
+        return df.drop("reason", *(f"_wrong_{c}" for c in wrong))
 
     def _itl_bug(self, df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
         """Mark (`bug`) requests whose itls[0] repeats the TTFT when that is the rule of the run (vllm#7242)."""
@@ -366,10 +394,12 @@ class _Run:
         return df.with_columns((close & pl.lit(is_bug)).alias("bug")), (int(c) if is_bug else 0)
 
     def _requests(self, df: pl.DataFrame, offset_ns: int | None) -> pl.DataFrame:
-        ns = lambda c: (pl.col(c) * 1e9).round(0).cast(pl.Int64)  # noqa: E731
-        gap_sum = pl.col("itl").list.eval((pl.element() * 1e9).round(0).cast(pl.Int64)).list.sum()
+        # Non-strict casts: a failed request's placeholders may be anything; a kept request's values were checked.
+        ns = lambda c: (pl.col(c) * 1e9).round(0).cast(pl.Int64, strict=False)  # noqa: E731
+        gap_sum = pl.col("itl").list.eval((pl.element() * 1e9).round(0).cast(pl.Int64, strict=False)).list.sum()
         ttft_ns = pl.when(pl.col("ok")).then(ns("ttft"))
-        latency_ok = pl.col("latency").is_not_null() & ~pl.col("latency").is_nan() & (pl.col("latency") > 0)
+        latency_ok = pl.col("latency").is_not_null() & pl.col("latency").is_finite() & (pl.col("latency") > 0) \
+            & (pl.col("latency") <= MAX_SECONDS)
         e2e_ns = pl.when(pl.col("ok") & latency_ok).then(ns("latency")) \
             .when(pl.col("ok")).then(ns("ttft") + gap_sum.fill_null(0))
         arrival = (ns("start") + offset_ns) if offset_ns is not None else pl.lit(None, dtype=pl.Int64)
@@ -379,7 +409,7 @@ class _Run:
             pl.col("request_index").cast(pl.Int32),
             pl.lit(self.engine).alias("engine"), pl.lit("client").alias("kind"),
             arrival.alias("arrival_ns"),
-            pl.col("prompt_tokens").cast(pl.Int32), pl.col("output_tokens").cast(pl.Int32),
+            pl.col("prompt_tokens").cast(pl.Int32, strict=False), pl.col("output_tokens").cast(pl.Int32, strict=False),
             ttft_ns.alias("ttft_ns"), e2e_ns.alias("e2e_latency_ns"),
             pl.when(pl.col("ok")).then(pl.lit("ok")).otherwise(pl.lit("failed")).alias("status"),
             pl.when(pl.col("ok")).then(None).otherwise(
@@ -397,7 +427,7 @@ class _Run:
         g = g.join(req.select(pl.col("request_index"), "request_id", "arrival_ns", "ttft_ns"), on="request_index")
         g = g.explode("itl").with_columns(
             gap_index=pl.int_range(pl.len(), dtype=pl.Int32).over("request_index"),
-            gap_ns=(pl.col("itl") * 1e9).round(0).cast(pl.Int64))
+            gap_ns=(pl.col("itl") * 1e9).round(0).cast(pl.Int64, strict=False))
         return g.select(
             "request_id", "gap_index", "gap_ns",
             (pl.col("arrival_ns") + pl.col("ttft_ns") + pl.col("gap_ns").cum_sum().over("request_index"))
@@ -411,7 +441,7 @@ class _Run:
         def put(k, v):
             keys.append(k)
             values.append(_text(v))
-            nums.append(_value_num(v))
+            nums.append(None if k in self.bad_keys else _value_num(v))
 
         for k, v in self.obj.items():  # a run has tens of keys
             if k in PER_REQUEST:
@@ -441,6 +471,75 @@ def _num(v) -> float | None:
     return float(v)
 
 
+def _series(values: list, dtype) -> tuple[pl.Series, np.ndarray | None]:
+    """A per-request array as a typed column, and which entries had the wrong JSON type (read as null; None
+    when all were right). Clean arrays take polars' strict constructor; only a file with odd entries pays for
+    the per-entry check."""
+    try:
+        return pl.Series(values, dtype=dtype, strict=True), None
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        pass
+    if dtype == pl.String:  # error texts: anything non-empty says the request failed, whatever its type
+        return pl.Series([v if v is None or isinstance(v, str) else json.dumps(v, default=str) for v in values],
+                         dtype=pl.String), None
+    ok = _ENTRY_CHECKS[dtype if not isinstance(dtype, pl.List) else pl.List]
+    clean = [v if ok(v) else None for v in values]  # only for a damaged file
+    bad = np.fromiter((v is not None and c is None for v, c in zip(values, clean)), dtype=bool, count=len(values))
+    return pl.Series(clean, dtype=dtype, strict=True), bad
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < (1 << 63)
+
+
+def _is_float(v) -> bool:
+    return (isinstance(v, float) or _is_int(v)) and not isinstance(v, bool)
+
+
+_ENTRY_CHECKS = {
+    pl.Int64: _is_int, pl.Float64: _is_float, pl.Boolean: lambda v: isinstance(v, bool),
+    pl.List: lambda v: isinstance(v, list) and all(x is None or _is_float(x) for x in v),
+}
+
+MAX_SECONDS = 1e7  # a latency, TTFT or gap beyond 115 days is not one
+MAX_SEND_SECONDS = 1e9  # start_times are perf_counter() readings: seconds since an arbitrary point, within int64 ns
+# Run-level numbers: what each must be, and what needs it.
+_COUNTS = ("num_prompts", "completed", "failed", "total_input_tokens", "total_output_tokens", "max_concurrency",
+           "max_concurrent_requests")
+_NEEDS = {"duration": ": the run start (date - duration) and the run's time window are null; goodput uses the "
+                      "requests' own window"}
+
+
+def _check_run_fields(obj: dict) -> dict[str, str]:
+    """Run-level fields whose value is not what the field means: key -> what is wrong (for a note)."""
+    bad: dict[str, str] = {}
+    for k, v in obj.items():
+        if k in PER_REQUEST or v is None:
+            continue
+        if k == "duration":
+            if not (_is_float(v) and math.isfinite(v) and 0 <= v <= MAX_SECONDS):
+                bad[k] = f"is {_show(v)}, not a number of seconds"
+        elif k in _COUNTS:
+            if not (_is_int(v) and v >= 0) and not (isinstance(v, float) and v.is_integer() and v >= 0):
+                bad[k] = f"is {_show(v)}, not a count"
+        elif k == "request_rate":
+            if not ((_is_float(v) and v >= 0) or (isinstance(v, str) and v.strip().lower() in ("inf", "infinity"))):
+                bad[k] = f"is {_show(v)}, not a rate"
+        elif isinstance(v, float) and math.isnan(v):
+            bad[k] = "is NaN"
+    return bad
+
+
+def _show(v) -> str:
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("infinite" if v > 0 else "-infinite")
+    if isinstance(v, str):
+        return f"the text {v[:40]!r}"
+    if isinstance(v, (list, dict)):
+        return "a list" if isinstance(v, list) else "an object"
+    return repr(v)[:40]
+
+
 def _text(v) -> str | None:
     if v is None:
         return None
@@ -456,8 +555,10 @@ def _text(v) -> str | None:
 def _value_num(v) -> float | None:
     if isinstance(v, bool):
         return float(v)
-    if isinstance(v, (int, float)):
-        return float(v)
+    if isinstance(v, int):
+        return float(v) if abs(v) < 1e308 else None
+    if isinstance(v, float):
+        return None if math.isnan(v) else v
     if isinstance(v, str) and v.strip().lower() in ("inf", "infinity"):
         return math.inf
     return None

@@ -35,22 +35,23 @@ VERSION = "1.0"
 # -- the event layout stallscope keeps: staging column <- JSON path, DuckDB type ------------------------------
 # DuckDB's json_transform pulls these out of each raw event in one parse (keys are case-sensitive, so the
 # allocator's `Bytes` never collides with a memcpy's `bytes`; a value of the wrong type becomes NULL, and a
-# numeric string such as ROCm's "pid": "6" becomes its number).
+# numeric string such as ROCm's "pid": "6" becomes its number; a number out of the type's range becomes NULL, which
+# is why the fields stored as INTEGER are read as INTEGER).
 EVENT_FIELDS = (
     ("ph", "ph", "VARCHAR"), ("cat", "cat", "VARCHAR"), ("name", "name", "VARCHAR"),
     ("pid", "pid", "BIGINT"), ("tid", "tid", "BIGINT"), ("ts", "ts", "DOUBLE"), ("dur", "dur", "DOUBLE"),
 )
 ARG_FIELDS = (
     ("correlation", "correlation", "BIGINT"), ("external_id", "External id", "BIGINT"),
-    ("device", "device", "BIGINT"), ("stream", "stream", "BIGINT"),
-    ("grid", "grid", "BIGINT[]"), ("block", "block", "BIGINT[]"),
-    ("registers", "registers per thread", "BIGINT"), ("shared_memory", "shared memory", "BIGINT"),
+    ("device", "device", "INTEGER"), ("stream", "stream", "INTEGER"),
+    ("grid", "grid", "INTEGER[]"), ("block", "block", "INTEGER[]"),
+    ("registers", "registers per thread", "INTEGER"), ("shared_memory", "shared memory", "BIGINT"),
     ("blocks_per_sm", "blocks per SM", "DOUBLE"), ("warps_per_sm", "warps per SM", "DOUBLE"),
     ("occupancy", "est. achieved occupancy %", "DOUBLE"),
     ("python_id", "Python id", "BIGINT"), ("python_parent_id", "Python parent id", "BIGINT"),
     ("record_function_id", "Record function id", "BIGINT"),
     ("nbytes", "bytes", "VARCHAR"), ("bandwidth", "memory bandwidth (GB/s)", "DOUBLE"),
-    ("kind", "kind", "VARCHAR"), ("kernel", "kernel", "VARCHAR"), ("cbid", "cbid", "BIGINT"), ("cid", "cid", "BIGINT"),
+    ("kind", "kind", "VARCHAR"), ("kernel", "kernel", "VARCHAR"), ("cbid", "cbid", "INTEGER"), ("cid", "cid", "INTEGER"),
     ("meta_name", "name", "VARCHAR"), ("labels", "labels", "VARCHAR"),
 )
 
@@ -404,7 +405,7 @@ class _Loader:
         routing = None
         try:
             step = max(1, self.ctx.options.chunk_events)
-            for lo in range(0, n, step):
+            for lo in range(0, max(n, 1), step):  # one empty batch when every element was rejected already
                 self.ctx.place = f"parsing events {lo}-{min(lo + step, n) - 1}"
                 batch = text.slice(lo, step)
                 ids = pa.array(np.arange(lo, lo + len(batch), dtype=np.int64) if ev.ids is None else ev.ids[lo: lo + step])
@@ -439,9 +440,9 @@ class _Loader:
     def _parse_batch(cur, sql: str, ids: pa.Array, batch: pa.Array) -> pa.Table:
         raw = pa.table({"event_id": ids, "j": batch})
         # Several record batches let DuckDB parse them on all cores.
-        cur.register("_kraw", pa.Table.from_batches(raw.to_batches(max_chunksize=_PARSE_BATCH)))
+        cur.register("_kraw", pa.Table.from_batches(raw.to_batches(max_chunksize=_PARSE_BATCH), schema=raw.schema))
         try:
-            return cur.sql(sql).to_arrow_reader(len(batch)).read_all()
+            return cur.sql(sql).to_arrow_reader(max(len(batch), 1)).read_all()
         finally:
             cur.unregister("_kraw")
 
@@ -485,7 +486,9 @@ class _Loader:
             kind = f"json_type(j, '$.{field}')"
             return (f"CASE coalesce({kind}, 'MISSING') WHEN 'MISSING' THEN '{field} missing' "
                     f"WHEN 'VARCHAR' THEN '{field} is a string that is not a number' "
-                    f"ELSE '{field} is ' || lower({kind}) END")
+                    f"WHEN 'NULL' THEN '{field} is null' WHEN 'BOOLEAN' THEN '{field} is a boolean' "
+                    f"WHEN 'ARRAY' THEN '{field} is an array' WHEN 'OBJECT' THEN '{field} is an object' "
+                    f"ELSE '{field} is out of range' END")
 
         return f"""
             WITH t AS (
@@ -616,7 +619,7 @@ class _Loader:
             ctx.set_clock("trace_unanchored", "no baseTimeNanoseconds and ts is not epoch µs: times are relative "
                                               "to the trace's own origin, not wall clock")
         dist = h.get("distributedInfo") if isinstance(h.get("distributedInfo"), dict) else {}
-        rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
+        rank = _int32(dist.get("rank"))
         self.rank = rank
         ctx.first_ns, ctx.last_ns = lo, hi
         self._account()
@@ -778,8 +781,8 @@ class _Loader:
             LEFT JOIN _klaunch l ON l.correlation = k.correlation
             LEFT JOIN _o_runtime_calls r ON r.event_id = l.launch_event_id"""
         w("gpu_kernels", f"""
-            SELECT k.event_id, {rank} AS rank, CAST(coalesce(k.device, k.pid) AS INTEGER) AS device,
-                   CAST(coalesce(k.stream, k.tid) AS INTEGER) AS stream, k.start_ns, k.start_ns + k.dur_ns AS end_ns,
+            SELECT k.event_id, {rank} AS rank, coalesce(k.device, TRY_CAST(k.pid AS INTEGER)) AS device,
+                   coalesce(k.stream, TRY_CAST(k.tid AS INTEGER)) AS stream, k.start_ns, k.start_ns + k.dur_ns AS end_ns,
                    k.dur_ns, k.name, k.correlation, k.external_id,
                    k.grid[1] AS grid_x, k.grid[2] AS grid_y, k.grid[3] AS grid_z,
                    k.block[1] AS block_x, k.block[2] AS block_y, k.block[3] AS block_z,
@@ -789,14 +792,14 @@ class _Loader:
             FROM _kgpu k {launch_join} WHERE k.ncat = 'kernel'""")
         w("gpu_memops", f"""
             SELECT k.event_id, {rank} AS rank, CASE k.ncat WHEN 'gpu_memcpy' THEN 'memcpy' ELSE 'memset' END AS kind,
-                   CAST(coalesce(k.device, k.pid) AS INTEGER) AS device,
-                   CAST(coalesce(k.stream, k.tid) AS INTEGER) AS stream, k.start_ns, k.start_ns + k.dur_ns AS end_ns,
+                   coalesce(k.device, TRY_CAST(k.pid AS INTEGER)) AS device,
+                   coalesce(k.stream, TRY_CAST(k.tid AS INTEGER)) AS stream, k.start_ns, k.start_ns + k.dur_ns AS end_ns,
                    k.dur_ns, k.name, TRY_CAST(k.nbytes AS BIGINT) AS bytes, k.bandwidth AS bandwidth_gbps,
                    k.kind AS copy_kind, k.correlation, k.external_id, l.launch_event_id, r.step_id
             FROM _kgpu k {launch_join} WHERE k.ncat IN ('gpu_memcpy', 'gpu_memset')""")
         w("gpu_annotations", f"""
-            SELECT event_id, {rank} AS rank, CAST(coalesce(device, pid) AS INTEGER) AS device,
-                   CAST(coalesce(stream, tid) AS INTEGER) AS stream, start_ns, start_ns + dur_ns AS end_ns, dur_ns,
+            SELECT event_id, {rank} AS rank, coalesce(device, TRY_CAST(pid AS INTEGER)) AS device,
+                   coalesce(stream, TRY_CAST(tid AS INTEGER)) AS stream, start_ns, start_ns + dur_ns AS end_ns, dur_ns,
                    name, external_id
             FROM _kgpu WHERE ncat = 'gpu_user_annotation'""")
         w("trace_threads", "SELECT coalesce(pid_s, CAST(pid AS VARCHAR)) AS pid, coalesce(tid_s, CAST(tid AS VARCHAR)) "
@@ -882,7 +885,8 @@ class _Loader:
                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
                 FROM gpu),
             busy AS (
-                SELECT step_id, sum(greatest(end_ns - greatest(start_ns, coalesce(prev_end, start_ns)), 0)) AS busy
+                SELECT step_id, TRY_CAST(sum(greatest(end_ns - greatest(start_ns, coalesce(prev_end, start_ns)), 0))
+                                         AS BIGINT) AS busy
                 FROM isl GROUP BY step_id),
             agg AS (
                 SELECT step_id, min(start_ns) AS gs, max(end_ns) AS ge, sum(is_kernel) AS kernels FROM gpu GROUP BY step_id),
@@ -900,17 +904,20 @@ class _Loader:
                    w.start_ns AS cpu_start_ns, w.end_ns AS cpu_end_ns, w.end_ns - w.start_ns AS cpu_dur_ns,
                    g.gs AS gpu_start_ns, g.ge AS gpu_end_ns, g.ge - g.gs AS gpu_dur_ns, b.busy AS gpu_busy_ns,
                    coalesce(g.kernels, 0) AS kernel_count, coalesce(gr.n, 0) AS graph_launches,
-                   CAST(c.ctx_reqs AS INTEGER) AS ctx_reqs, c.ctx_tokens, CAST(c.gen_reqs AS INTEGER) AS gen_reqs,
-                   c.gen_tokens, coalesce(c.c_total, c.ctx_tokens + c.gen_tokens) AS total_tokens,
-                   CAST(c.new_reqs AS INTEGER) AS new_reqs, CAST(c.cached_reqs AS INTEGER) AS cached_reqs,
+                   TRY_CAST(c.ctx_reqs AS INTEGER) AS ctx_reqs, c.ctx_tokens,
+                   TRY_CAST(c.gen_reqs AS INTEGER) AS gen_reqs, c.gen_tokens,
+                   coalesce(c.c_total, TRY_CAST(c.ctx_tokens::HUGEINT + c.gen_tokens AS BIGINT)) AS total_tokens,
+                   TRY_CAST(c.new_reqs AS INTEGER) AS new_reqs, TRY_CAST(c.cached_reqs AS INTEGER) AS cached_reqs,
                    c.ctx_sum_kv, c.ctx_sum_qq, c.ctx_sum_qkv, c.gen_sum_kv, c.gen_sum_qkv,
-                   CAST(c.batch_size AS INTEGER) AS batch_size
+                   TRY_CAST(c.batch_size AS INTEGER) AS batch_size
             FROM _kwin w LEFT JOIN comp c USING (step_id) LEFT JOIN agg g USING (step_id)
             LEFT JOIN busy b USING (step_id) LEFT JOIN graphs gr USING (step_id)
             ORDER BY w.step_index""")
         con.execute("DROP TABLE _kcomp")
 
     def _meta(self, h: dict, base, mode: str, rank, dist: dict, start_ns, end_ns) -> None:
+        import json
+
         import orjson
 
         con = self.con
@@ -926,11 +933,18 @@ class _Loader:
         other = {k: v for k, v in h.items() if k not in ("schemaVersion", "baseTimeNanoseconds", "displayTimeUnit",
                                                          "deviceProperties", "distributedInfo")}
         span = (start_ns, end_ns)
-        ws = dist.get("world_size") if isinstance(dist.get("world_size"), int) else None
-        sv = h.get("schemaVersion") if isinstance(h.get("schemaVersion"), int) else None
+        ws, sv = _int32(dist.get("world_size")), _int32(h.get("schemaVersion"))
 
         def js(v):
-            return None if v is None else orjson.dumps(v).decode()
+            if v is None:
+                return None
+            try:
+                return orjson.dumps(v).decode()
+            except TypeError:  # integers beyond 64 bits: plain json writes them; NaN/inf it cannot, so no value
+                try:
+                    return json.dumps(v, allow_nan=False)
+                except ValueError:
+                    return None
 
         con.execute("INSERT INTO trace_meta (source_id, schema_version, base_time_ns, ts_mode, display_time_unit, "
                     "vendor, rank, world_size, device_properties, distributed_info, other, events, truncated, "
@@ -1054,6 +1068,11 @@ def _take(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
     if len(values) == 0:
         return np.full(len(idx), -1, dtype=np.int64)
     return np.where(idx >= 0, values[np.maximum(idx, 0)], -1)
+
+
+def _int32(v) -> int | None:
+    """A header value stored as INTEGER: an int within range, else NULL."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and -(1 << 31) <= v < (1 << 31) else None
 
 
 def _sql_int(v) -> str:

@@ -40,6 +40,7 @@ import polars as pl
 from .errors import InputError
 
 SECOND = 1_000_000_000
+MAX_DURATION_S = 1e9  # seconds: beyond this a run length does not fit the int64 ns clock with room to spare
 ZONE_STEP_NS = 900 * SECOND  # UTC offsets are whole quarter hours
 BENCH_PARSER = "bench_json"
 _UNKNOWN = np.iinfo(np.int64).min  # an arrival that stays NULL
@@ -61,17 +62,18 @@ def run_start_anchor_ns(date: object, duration_s: float | None, tz: str) -> tupl
         return None, "no `date` in the run"
     m = PATTERNS[1].compiled.search(date.strip())
     if m is None:
-        return None, f"`date` {date!r} is not YYYYMMDD-HHMMSS"
+        return None, f"`date` {date[:40]!r} is not YYYYMMDD-HHMMSS"
     try:
         zone = ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
         raise InputError(f"unknown time zone {tz!r} (give an IANA name such as UTC or Europe/Paris)") from None
     try:
         local = _dt.datetime(*(int(m[k]) for k in ("year", "month", "day", "hour", "minute", "second")), tzinfo=zone)
-    except ValueError:
-        return None, f"`date` {date!r} is not a valid date"
-    end_ns = int(local.timestamp()) * SECOND + SECOND // 2  # strftime floors to the second
-    if duration_s is None or not np.isfinite(duration_s) or duration_s < 0:
+        end_ns = int(local.timestamp()) * SECOND + SECOND // 2  # strftime floors to the second
+    except (ValueError, OverflowError, OSError):
+        return None, f"`date` {date[:40]!r} is not a valid date"
+    # A duration is usable when it is a finite, non-negative number of seconds that fits the ns clock.
+    if duration_s is None or not np.isfinite(duration_s) or duration_s < 0 or duration_s > MAX_DURATION_S:
         return None, f"`date` {date} but no usable `duration`"
     start = end_ns - int(round(duration_s * SECOND))
     return start, (f"run start = date {date} (end of run, local time read in zone {tz}) + 0.5 s - duration "
@@ -538,10 +540,17 @@ def _units(con) -> list[_Unit]:
         WHERE s.parser = '{BENCH_PARSER}' AND c.origin IN ('bench_summary', 'bench_clock')
         GROUP BY c.source_id, c.line_no""").fetchall()
     out = [_Unit(int(r[0]), int(r[1]), r[2], r[3] == "start_times", None if r[4] is None else int(r[4]),
-                 None if r[5] is None else int(round(r[5] * SECOND)), None if r[6] is None else int(r[6]), r[7])
+                 _duration_ns(r[5]), None if r[6] is None else int(r[6]), r[7])
            for r in rows]
     out.sort(key=lambda u: (u.anchor_ns is None, u.anchor_ns or 0, u.source_id, u.line_no))
     return out
+
+
+def _duration_ns(seconds) -> int | None:
+    """A run's `duration` in ns, None when it is not a usable number of seconds (NaN, infinite, negative, huge)."""
+    if seconds is None or not np.isfinite(seconds) or not 0 <= seconds <= MAX_DURATION_S:
+        return None
+    return int(round(seconds * SECOND))
 
 
 def _relevant(con, touched: list[int]) -> bool:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -128,12 +129,18 @@ def ingest_one(store, inp: InputFile, parser: Parser, fmt: str, options: Options
             [source_id, path, fmt, parser.name, parser.version, digest, inp.size, inp.compression,
              inp.path.stat().st_mtime_ns, time.time_ns()])
         ctx = ParseContext(con, source_id, inp, options, progress)
-        with arrow_pool():  # jemalloc for Arrow while parsing: half the system time of mimalloc (stallscope.memory)
-            parser.parse(ctx, fmt)
+        try:
+            with arrow_pool():  # jemalloc for Arrow while parsing: half the system time of mimalloc (stallscope.memory)
+                parser.parse(ctx, fmt)
+        except StallscopeError:
+            raise
+        except Exception as e:  # a parser bug: the user gets the file and the place, not the exception
+            raise InputError(internal_failure(path, parser.name, ctx.place, e)) from e
         c = ctx.counts
         if c.parsed == 0:
             raise InputError(f"{path}: nothing usable in this {fmt} file "
-                             f"({c.skipped} records skipped as noise, {c.rejected} rejected)"
+                             f"({c.skipped} records skipped as noise, {c.rejected} rejected"
+                             + _first_reject(con, source_id) + ")"
                              + (f"; {ctx.notes[0]}" if ctx.notes else ""))
         if hashing is not None:
             digest = hashing.result()
@@ -209,7 +216,7 @@ def ingest_paths(store, paths: list[Path], *, options: Options | None = None,
             raise
         except Exception as e:  # a parser bug must not take the other files down, nor print a traceback
             r = IngestResult(str(inp.path), "failed", fmt, parser.name,
-                             message=f"{inp.path}: {parser.name} failed: {type(e).__name__}: {_one_line(e)}")
+                             message=internal_failure(str(inp.path), parser.name, "loading it into the store", e))
         if r.status in ("ingested", "replaced"):
             touched[parser.name] = parser
         results.append(r)
@@ -228,8 +235,37 @@ def ingest_paths(store, paths: list[Path], *, options: Options | None = None,
                 notes.append(f"{p.name}: {_one_line(e)}")
             except Exception as e:  # cross-source steps are best effort; the files themselves are in
                 store.con.execute("ROLLBACK")
-                notes.append(f"{p.name}: cross-source step failed: {type(e).__name__}: {_one_line(e)}")
+                notes.append(f"{p.name}: cross-source step (clock alignment) skipped after an internal error; "
+                             f"the files themselves are in{_debug_detail(e)}")
     return IngestReport(results, notes)
+
+
+def internal_failure(path: str, parser: str, place: str, e: BaseException) -> str:
+    """The one line a user sees for an unexpected failure: the file and the place in it, not the exception."""
+    if isinstance(e, MemoryError):
+        return f"{path}: not enough memory while {place}"
+    return (f"{path}: {parser} could not read this file: internal error while {place}; please report it"
+            f"{_debug_detail(e)}")
+
+
+def _debug_detail(e: BaseException) -> str:
+    """The exception itself only when asked for (STALLSCOPE_DEBUG=1): it means something to a developer only."""
+    if os.environ.get("STALLSCOPE_DEBUG"):
+        return f" [{type(e).__name__}: {_one_line(e)}]"
+    return " (STALLSCOPE_DEBUG=1 shows the details)"
+
+
+def _first_reject(con, source_id: int) -> str:
+    """`; first: <reason> at byte N` for the earliest reject of a source, to say why nothing was usable."""
+    row = con.execute("SELECT reason, byte_offset, line_no, record_index FROM rejects WHERE source_id = ? "
+                      "ORDER BY coalesce(byte_offset, 0), coalesce(line_no, 0), coalesce(record_index, 0) LIMIT 1",
+                      [source_id]).fetchall()
+    if not row:
+        return ""
+    reason, offset, line, index = row[0]
+    where = (f" at byte {offset}" if offset is not None else f" on line {line}" if line is not None
+             else f" in record {index}" if index is not None else "")
+    return f"; first: {reason.splitlines()[0] if reason else 'rejected'}{where}"
 
 
 def _one_line(e: BaseException) -> str:
