@@ -38,6 +38,7 @@ run from `post_ingest`) matches the run to a server log's `Received request` lin
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -475,10 +476,17 @@ def _series(values: list, dtype) -> tuple[pl.Series, np.ndarray | None]:
     """A per-request array as a typed column, and which entries had the wrong JSON type (read as null; None
     when all were right). Clean arrays take polars' strict constructor; only a file with odd entries pays for
     the per-entry check."""
-    try:
-        return pl.Series(values, dtype=dtype, strict=True), None
-    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
-        pass
+    # Types screened first (at C speed): polars takes super-linear time to refuse a deeply nested entry.
+    if isinstance(dtype, pl.List):
+        plain = set(map(type, values)) <= {list, type(None)} and \
+            set(map(type, itertools.chain.from_iterable(v for v in values if v))) <= _SCALAR_TYPES[pl.Float64]
+    else:
+        plain = set(map(type, values)) <= _SCALAR_TYPES[dtype]
+    if plain:
+        try:
+            return pl.Series(values, dtype=dtype, strict=True), None
+        except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+            pass
     if dtype == pl.String:  # error texts: anything non-empty says the request failed, whatever its type
         return pl.Series([v if v is None or isinstance(v, str) else json.dumps(v, default=str) for v in values],
                          dtype=pl.String), None
@@ -496,6 +504,8 @@ def _is_float(v) -> bool:
     return (isinstance(v, float) or _is_int(v)) and not isinstance(v, bool)
 
 
+_SCALAR_TYPES = {pl.Int64: {int, type(None)}, pl.Float64: {int, float, type(None)}, pl.Boolean: {bool, type(None)},
+                 pl.String: {str, type(None)}}
 _ENTRY_CHECKS = {
     pl.Int64: _is_int, pl.Float64: _is_float, pl.Boolean: lambda v: isinstance(v, bool),
     pl.List: lambda v: isinstance(v, list) and all(x is None or _is_float(x) for x in v),

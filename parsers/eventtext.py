@@ -45,16 +45,25 @@ def layout_split(src, lo: int, hi: int) -> tuple[pa.Array, np.ndarray] | None:
     """`split_by_layout`, with the byte offset where each event starts."""
     first = src.find(b"{", lo, hi)
     last = src.rfind(b"}", lo, hi)
-    if first < 0 or last <= first or src[lo:first].strip() or src[last + 1:hi].strip():
+    if first < 0 or last <= first:
         return None
     sep = _first_separator(src, first, min(hi, first + (1 << 20)))
     if sep is None:
         return None
+    # Anything but whitespace before the first `{` or after the last `}` belongs to the first or last piece:
+    # a broken first event, or entries that are not objects, are then one piece to judge, not a reason to
+    # give up the layout of the whole file.
+    if _WHITESPACE[np.frombuffer(src, dtype=np.uint8)[lo:first]].all():
+        lead = first
+    else:
+        lead = lo
+    if not _WHITESPACE[np.frombuffer(src, dtype=np.uint8)[last + 1:hi]].all():
+        last = hi - 1
     pat = b"}" + sep + b"{"
     k = len(pat) - 1
     buf = np.frombuffer(src, dtype=np.uint8)
     scratch = np.empty(_SCAN, dtype=bool)
-    found = [np.array([first], dtype=np.int64)]
+    found = [np.array([lead], dtype=np.int64)]
     for a in range(first + k, last, _SCAN):
         b = min(a + _SCAN, last)
         at = np.flatnonzero(np.equal(buf[a:b], pat[-1], out=scratch[: b - a])) + a
@@ -73,16 +82,30 @@ def layout_split(src, lo: int, hi: int) -> tuple[pa.Array, np.ndarray] | None:
 
 
 def _first_separator(src, first: int, stop: int) -> bytes | None:
-    """What follows the first event: the `,` and whitespace up to the next `{`, if it holds a newline."""
+    """What follows the first event: the `,` and whitespace up to the next `{`, if it holds a newline. The first
+    event that decodes on its own between two candidate separators settles it, so one broken event at the
+    start of a file does not send the whole file down a slower path."""
     head = bytes(src[first:stop])
-    for m in _SEPARATOR.finditer(head):
-        try:
-            event = msgspec.json.decode(head[: m.start() + 1])
-        except (msgspec.DecodeError, RecursionError):
-            continue  # a `}, {` inside the first event
-        sep = m.group(1)
-        return sep if isinstance(event, dict) and b"\n" in sep else None
+    found = [m for _, m in zip(range(64), _SEPARATOR.finditer(head))]
+    for k, m in enumerate(found):
+        for lo, hi in ((0, m.start() + 1),) if k == 0 else ():
+            if _is_object(head[lo:hi]):
+                return _newline_sep(m.group(1))
+        if k + 1 < len(found) and found[k + 1].group(1) == m.group(1) \
+                and _is_object(head[m.end() - 1: found[k + 1].start() + 1]):
+            return _newline_sep(m.group(1))
     return None
+
+
+def _is_object(text: bytes) -> bool:
+    try:
+        return isinstance(msgspec.json.decode(text), dict)
+    except (msgspec.DecodeError, RecursionError):
+        return False  # a `}, {` inside an event, or a broken event
+
+
+def _newline_sep(sep: bytes) -> bytes | None:
+    return sep if b"\n" in sep else None
 
 
 def event_text(raws: list, src) -> pa.Array:

@@ -11,6 +11,7 @@ need the nesting (time containment) come last. The ingest connection only writes
 from __future__ import annotations
 
 import gc
+import json
 import math
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -367,7 +368,11 @@ class _Loader:
             lo, hi = int(starts[a]), int(starts[b - 1] + lens[b - 1])
             el = scan_elements(data, lo, hi, stop_at_close=False)
             same = len(el) == b - a and np.array_equal(el.starts + el.lens, starts[a:b] + lens[a:b])
-            changed |= not same
+            # Other boundaries are taken only when they make every piece of the run a JSON value: a wrong
+            # layout guess or entries glued to events. Splitting a broken event would scatter it into fragments.
+            if same or not _all_values(data, el):
+                continue
+            changed = True
             pieces_s += [starts[prev:a], el.starts]
             pieces_l += [lens[prev:a], el.lens]
             prev = b
@@ -916,8 +921,6 @@ class _Loader:
         con.execute("DROP TABLE _kcomp")
 
     def _meta(self, h: dict, base, mode: str, rank, dist: dict, start_ns, end_ns) -> None:
-        import json
-
         import orjson
 
         con = self.con
@@ -1035,6 +1038,19 @@ def _decode_small(raw) -> object:
         return msgspec.json.decode(raw)
     except (msgspec.DecodeError, RecursionError):
         return None
+
+
+def _all_values(data, el) -> bool:
+    """Whether each element is one JSON value (NaN and Infinity allowed, as Python writes them), or nested too
+    deep to check (rejected later for its depth). Only pieces that failed to parse get here."""
+    for start, n, depth in zip(el.starts, el.lens, el.depth):
+        if depth > MAX_DEPTH:
+            continue
+        try:
+            json.loads(bytes(data[start: start + n]))
+        except (ValueError, RecursionError):
+            return False
+    return True
 
 
 def _view_lengths(text: pa.Array) -> np.ndarray:
