@@ -5,9 +5,10 @@ offset) per event. Two ways find where the events are:
 
 - by layout (`split_by_layout`): trace writers put the same separator between every two events, and Kineto,
   `json.dump(indent=...)` and line-per-event writers put a newline in it. A newline cannot occur inside a
-  JSON string, so `}` + separator + `{` marks exactly the event boundaries of such a file, and numpy finds
-  them all in one scan, without decoding anything. The events themselves are validated when DuckDB parses
-  them; a file this guess gets wrong fails there, and the caller falls back to:
+  JSON string, so separator + `{` marks the event boundaries of such a file, and numpy finds them all in one
+  scan, without decoding anything. The events themselves are validated when DuckDB parses them: a piece that
+  is not JSON (a broken event, or a guess that cut through one) is rejected or split again by structure.
+  Files without such a layout go:
 - by decoding (`event_text`): msgspec splits the array into `Raw` slices (validating the JSON); their
   offsets follow from their lengths when the separator is regular (checked against the buffer), else the
   slices are joined into a new buffer.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import mmap
 import re
+from collections import Counter
 from dataclasses import dataclass
 
 import msgspec
@@ -59,7 +61,9 @@ def layout_split(src, lo: int, hi: int) -> tuple[pa.Array, np.ndarray] | None:
         lead = lo
     if not _WHITESPACE[np.frombuffer(src, dtype=np.uint8)[last + 1:hi]].all():
         last = hi - 1
-    pat = b"}" + sep + b"{"
+    # A boundary is the separator followed by `{`; the `}` before it is not required, so an event cut short
+    # (no closing brace) still ends at its boundary and costs only itself.
+    pat = sep + b"{"
     k = len(pat) - 1
     buf = np.frombuffer(src, dtype=np.uint8)
     scratch = np.empty(_SCAN, dtype=bool)
@@ -94,7 +98,11 @@ def _first_separator(src, first: int, stop: int) -> bytes | None:
         if k + 1 < len(found) and found[k + 1].group(1) == m.group(1) \
                 and _is_object(head[m.end() - 1: found[k + 1].start() + 1]):
             return _newline_sep(m.group(1))
-    return None
+    # No event decodes on its own near the start (many broken ones): the commonest separator, if it holds a
+    # newline. A wrong guess cannot pass unseen: a split anywhere but between events leaves unbalanced
+    # brackets on both sides, DuckDB refuses both pieces, and the parser splits them again by structure.
+    common = Counter(m.group(1) for m in found).most_common(1)
+    return _newline_sep(common[0][0]) if common and common[0][1] >= 2 else None
 
 
 def _is_object(text: bytes) -> bool:

@@ -330,7 +330,7 @@ class _Loader:
             # The array closed; the header keys after it (Kineto writes baseTimeNanoseconds there) must decode.
             trailer = data[el.closed + 1:]
             try:
-                more = _top_decoder.decode(data[:head_end] + b'"traceEvents": []' + trailer)
+                more = _top_decoder.decode(b'{"traceEvents": []' + trailer)
                 more.pop("traceEvents", None)
                 header = {**header, **more}
             except (msgspec.DecodeError, RecursionError):
@@ -359,8 +359,8 @@ class _Loader:
         """Layout pieces that are not JSON, split again by structure, run by run; None when that changes nothing."""
         starts, lens = ev.starts, _view_lengths(ev.text)
         runs = np.split(invalid, np.flatnonzero(np.diff(invalid) != 1) + 1)
-        if len(runs) > 1000:  # many broken stretches: one structural pass over everything is cheaper
-            return self._scanned(data, ev.header, ev.span[0], ev.span[1], closed=True)
+        if len(runs) > 1000:  # damage all over the file, not a layout guess gone wrong: each piece stands
+            return None
         pieces_s, pieces_l, changed = [], [], False
         prev = 0
         for run in runs:
