@@ -491,6 +491,8 @@ def _series(values: list, dtype) -> tuple[pl.Series, np.ndarray | None]:
         return pl.Series([v if v is None or isinstance(v, str) else json.dumps(v, default=str) for v in values],
                          dtype=pl.String), None
     ok = _ENTRY_CHECKS[dtype if not isinstance(dtype, pl.List) else pl.List]
+    if dtype == pl.Int64:  # a count written as 12.0 is still a count
+        values = [int(v) if isinstance(v, float) and v.is_integer() and abs(v) < 2 ** 63 else v for v in values]
     clean = [v if ok(v) else None for v in values]  # only for a damaged file
     bad = np.fromiter((v is not None and c is None for v, c in zip(values, clean)), dtype=bool, count=len(values))
     return pl.Series(clean, dtype=dtype, strict=True), bad

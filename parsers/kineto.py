@@ -209,7 +209,7 @@ class _Events:
     header: dict
     text: pa.Array  # one JSON text per event
     starts: np.ndarray | None  # byte offset of each text in the decompressed data (None: a copy, offsets unknown)
-    how: str  # layout | decoded | scanned
+    how: str  # layout | decoded | scanned | layout+scanned (broken layout runs split again by structure)
     ids: np.ndarray | None = None  # event_id of each text (None: 0..n-1); elements rejected before parsing are gaps
     total: int = 0  # elements of traceEvents, the rejected-before-parsing ones included
     early: list = field(default_factory=list)  # rejects found before parsing: (record_index, byte_offset, reason, raw)
@@ -306,12 +306,13 @@ class _Loader:
         except (msgspec.DecodeError, RecursionError):
             header = {}
             self.ctx.notes.append("the header keys before traceEvents do not decode: ignored")
-        return self._scanned(data, header, start + 1, len(data), closed=False, why=why, head_end=key)
+        return self._scanned(data, header, start + 1, len(data), closed=False, why=why, trailer=True)
 
     def _scanned(self, data, header: dict, lo: int, hi: int, closed: bool, why: str = "",
-                 head_end: int | None = None) -> _Events:
+                 trailer: bool = False) -> _Events:
         """The elements of the array body data[lo:hi] by structure. `closed`: the body is known to be whole
-        (the envelope found its `]`); otherwise the array ends at its own `]` or the file ends first."""
+        (the envelope found its `]`); otherwise the array ends at its own `]` or the file ends first, and with
+        `trailer` the header keys after that `]` are read too."""
         el = scan_elements(data, lo, hi, stop_at_close=not closed)
         cut = None
         n = len(el)
@@ -326,11 +327,11 @@ class _Loader:
                              f"after decompressed byte {kept_end}", bytes(tail).lstrip(b", \r\n\t"))
             if n == 0:
                 raise InputError(f"{self.ctx.path}: not a readable trace: {why} before the first complete event")
-        elif not closed and head_end is not None:
+        elif not closed and trailer:
             # The array closed; the header keys after it (Kineto writes baseTimeNanoseconds there) must decode.
-            trailer = data[el.closed + 1:]
+            rest = data[el.closed + 1:]
             try:
-                more = _top_decoder.decode(b'{"traceEvents": []' + trailer)
+                more = _top_decoder.decode(b'{"traceEvents": []' + rest)
                 more.pop("traceEvents", None)
                 header = {**header, **more}
             except (msgspec.DecodeError, RecursionError):

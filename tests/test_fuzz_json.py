@@ -18,7 +18,6 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
