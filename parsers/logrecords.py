@@ -9,20 +9,34 @@ from typing import Callable, Iterator
 
 import polars as pl
 
+from . import prefixes as X
 from .base import InputFile, ParseContext
 from .lines import iter_line_frames
 
 MSG_MAX = 4096  # characters of a message kept in log_events
 
 
-ANSI_RX = r"\x1b\[[0-9;?]*[A-Za-z]"
-# docker compose: `tgi-3-1         | ` or `[text-generation-inference] | ` in front of every line.
-COMPOSE_RX = r"^(?:\[[^\]]+\]\s+\|\s|[\w.-]+\s+\|\s)"
+ANSI_RX = X.ANSI_RX
+WRAPS_RX = X.WRAPS  # the wrapper prefixes of every log (compose, kubectl, journald, Ray actors), unanchored
 
 
-def clean_text(col: str = "text") -> pl.Expr:
-    """The line without ANSI colour codes and without a docker-compose prefix."""
-    return pl.col(col).str.replace_all(ANSI_RX, "").str.replace(COMPOSE_RX, "")
+def unwrap(df: pl.DataFrame, col: str = "text") -> pl.DataFrame:
+    """(line_no, t, wrap, dedup): the line without ANSI codes, its wrapper prefixes (`prefixes.WRAPS`) cut off
+    into `wrap`, and Ray's dedup marker cut off the end with its count in `dedup` (NULL without one)."""
+    t = pl.col(col)
+    if df[col].str.contains("\x1b", literal=True).any():
+        t = X.strip_ansi(t)
+    df = df.select("line_no", t.alias("_t"))
+    w, rest = X.split(pl.col("_t"))
+    df = df.select("line_no", w.alias("wrap"), rest.alias("t"))
+    if df["t"].str.contains("across cluster]", literal=True).any():
+        return df.with_columns(X.dedup_count(pl.col("t")).alias("dedup"), X.strip_dedup(pl.col("t")).alias("t"))
+    return df.with_columns(pl.lit(None, pl.Int64).alias("dedup"))
+
+
+def wrap_names(wrap: pl.Series) -> pl.Series:
+    """log_events.process from the wrapper prefixes (`prefixes.names`)."""
+    return X.names(wrap)
 
 
 class _CountingInput:
@@ -138,13 +152,24 @@ def record_frames(ctx: ParseContext, flag, prepare: Callable[[pl.DataFrame], pl.
     """The input frame by frame as (its physical lines, the records they form): undecodable bytes dropped with a
     reject, `prepare` applied, records split by `flag` across frame edges, trailing blank lines counted skipped."""
     splitter = RecordSplitter(flag)
+    markers = folded = 0
     for frame, last in line_frames(ctx):
         lines = splitter.feed(prepare(drop_bad_utf8(ctx, frame)), last)
         if lines.height == 0:
             continue
+        if "dedup" in lines.columns:
+            d = lines["dedup"].drop_nulls()
+            markers, folded = markers + d.len(), folded + int(d.sum())
         lines, blanks = trim_trailing_blanks(lines)
         ctx.counts.skipped += blanks
         yield lines, collapse(lines)
+    if markers:
+        ctx.notes.append(dedup_note(markers, folded))
+
+
+def dedup_note(markers: int, folded: int) -> str:
+    return (f"{markers} line(s) carry Ray's `[repeated Nx across cluster]` marker ({folded} repeats on other workers): "
+            "each kept once, the repeats counted, not reconstructed (Ray masks numbers when it folds lines)")
 
 
 def with_body(first: pl.Expr, cont: pl.Expr) -> pl.Expr:

@@ -29,7 +29,7 @@ import polars as pl
 from .base import InputFile, ParseContext, Parser
 from .logtime import check_zone, full_date_ns
 from .patterns import Pattern, Sample
-from .logrecords import (ANSI_RX, COMPOSE_RX, MSG_MAX, clean_text, config_rows, event_message, looks_like_traceback,
+from .logrecords import (ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
                          note_rows, record_frames, span_of_times, with_body, write_config)
 
 VERSION = "1.0"
@@ -239,11 +239,11 @@ CONFIG_ALIASES = {"model_path": "model", "tp_size": "tensor_parallel_size", "dp_
                   "max_total_num_tokens": "kv_cache_tokens"}
 
 # -- sniffing (Python `re` over the first 64 KB only) -------------------------------------------------------------
-_HEAD_PY = (r"^(?:" + COMPOSE_RX[1:] + r")?(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*)?(?:[^\[\n]*%\|[^\[\n]*)?"
+_HEAD_PY = (r"^" + WRAPS_RX + r"(?:[^\[\n]*%\|[^\[\n]*)?"
             r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: (?:" + RANK_TAGS + r")\d+)*\] ")
 _SNIFF_STRONG = re.compile(_HEAD_PY + r"(?:Prefill batch|Decode batch|server_args=ServerArgs\(|Finish: obj=|"
                                       r"Receive: obj=|max_total_num_tokens=)", re.M)
-_SNIFF_BARE = re.compile(r"^(?:\[gpu_id=\d+\] )?(?:(?:Prefill|Decode) batch(?: \[\d+\])?[.,(] |new fill batch\. #seq: )",
+_SNIFF_BARE = re.compile(r"^" + WRAPS_RX + r"(?:\[gpu_id=\d+\] )?(?:(?:Prefill|Decode) batch(?: \[\d+\])?[.,(] |new fill batch\. #seq: )",
                          re.M)
 _SNIFF_WEAK = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: (?:" + RANK_TAGS + r")\d+)*\] ", re.M)
 _SNIFF_BENCH = re.compile(r"^=+ Serving Benchmark Result =+\s*$", re.M)
@@ -278,12 +278,12 @@ _ACCESS_START = r'^INFO:\s+\S+ - "[A-Z]+ '
 
 def _prepare(df: pl.DataFrame) -> pl.DataFrame:
     """Per-line columns: cleaned text, head fields, the message to classify, and the line's category."""
-    df = df.select("line_no", clean_text().alias("t"))
+    df = unwrap(df)
     t = pl.col("t")
     fast = t.str.extract_groups(_FAST_HEAD)
     s = pl.String
     df = df.with_columns(fast.struct.field("ts"), fast.struct.field("ranks"), fast.struct.field("msg").alias("hmsg"),
-                         pl.lit(None, s).alias("process"), pl.lit(False).alias("debris"))
+                         wrap_names(df["wrap"]), pl.lit(False).alias("debris"))
     rare = df.filter(pl.col("ts").is_null() & t.str.contains(r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}"))
     if rare.height:
         h = t.str.extract_groups(P_HEAD.regex)
@@ -399,9 +399,12 @@ def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _St
     # The 0.1.x prefill layout is rare: run its regex only when such a line is there.
     old = (m.str.extract_groups(P_OLD_PREFILL.regex) if b["msg1"].str.starts_with("new fill batch").any()
            else pl.lit(None, pl.Struct({k: pl.String for k in ("seq", "cached", "new", "queue", "running", "hit")})))
+    # A trailing separator after the last field (`, `; `,` where a collector stripped the line's end, as Ray's
+    # log monitor does for an SGLang actor) is the same as `, `.
+    raw_kv = pl.when(g.struct.field("label").is_not_null()).then(g.struct.field("kv")).when(
+        m.str.starts_with("#running-req: ")).then(m).str.strip_chars_end(" \t")
     b = b.with_columns(
-        pl.when(g.struct.field("label").is_not_null()).then(g.struct.field("kv"))
-        .when(m.str.starts_with("#running-req: ")).then(m).alias("kv"),
+        pl.when(raw_kv.str.ends_with(",")).then(raw_kv + " ").otherwise(raw_kv).alias("kv"),
         pl.when(g.struct.field("mixed").is_not_null()).then(pl.lit("mixed"))
         .when(g.struct.field("label") == "Prefill batch").then(pl.lit("prefill"))
         .when(g.struct.field("label") == "Decode batch").then(pl.lit("decode"))

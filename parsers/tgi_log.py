@@ -22,7 +22,7 @@ import re
 import polars as pl
 
 from .base import InputFile, ParseContext, Parser
-from .logrecords import (ANSI_RX, COMPOSE_RX, MSG_MAX, clean_text, config_rows, event_message, looks_like_traceback,
+from .logrecords import (ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
                          note_rows, record_frames, reject_records, span_of_times, with_body, write_config)
 from .patterns import Pattern, Sample
 
@@ -229,12 +229,12 @@ PATTERNS = [P_HEAD, P_UNTIMED, P_REST, P_DURATION, P_SEED, P_PARAMS, P_MAXNEW, P
 
 # -- sniffing (Python `re` over the first 64 KB only) -------------------------------------------------------------
 _SNIFF_ANSI = re.compile(ANSI_RX)
-_SNIFF_TIMED = re.compile(rf"^(?:{COMPOSE_RX[1:]})?{TS_RX}\s+(?:{LEVELS})\s+(?:.*?: )?text_generation_[a-z0-9_]+"
+_SNIFF_TIMED = re.compile(rf"^{WRAPS_RX}{TS_RX}\s+(?:{LEVELS})\s+(?:.*?: )?text_generation_[a-z0-9_]+"
                           r"(?:::[a-z0-9_]+)*: ", re.M)
-_SNIFF_JSON = re.compile(r'^(?:' + COMPOSE_RX[1:] + r')?\{"timestamp":"\d{4}-\d{2}-\d{2}T[^"]*","level":"[A-Z]+"', re.M)
+_SNIFF_JSON = re.compile(r'^' + WRAPS_RX + r'\{"timestamp":"\d{4}-\d{2}-\d{2}T[^"]*","level":"[A-Z]+"', re.M)
 # A launcher `Args` record cut before its `target` (a truncated paste): the Args layout alone is TGI's.
 _SNIFF_JSON_ARGS = re.compile(r'"fields":\{"message":"Args \{ model_id: \\"')
-_SNIFF_UNTIMED = re.compile(rf"^(?:{LEVELS}) (?:[a-z_]+\{{parameters=GenerateParameters \{{|(?:.*?: )?"
+_SNIFF_UNTIMED = re.compile(rf"^{WRAPS_RX}(?:{LEVELS}) (?:[a-z_]+\{{parameters=GenerateParameters \{{|(?:.*?: )?"
                             r"text_generation_[a-z0-9_]+(?:::[a-z0-9_]+)*: )", re.M)
 
 
@@ -256,7 +256,7 @@ def sniff_tgi(head: bytes) -> tuple[str, float] | None:
 
 def _prepare(df: pl.DataFrame) -> pl.DataFrame:
     """Per-line columns: cleaned text, blank flag, head fields (timed or pasted), JSON start and self-contained JSON."""
-    df = df.select("line_no", clean_text().alias("t"))
+    df = unwrap(df)
     t = pl.col("t")
     head = t.str.extract_groups(P_HEAD.regex)
     uhead = t.str.extract_groups(P_UNTIMED.regex)
@@ -316,7 +316,7 @@ def _normalise(rec: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     jrec = rec.filter(is_json)
     ok = j.str.json_path_match("$.timestamp").is_not_null()
     bad_json = jrec.filter(~ok)
-    common = [pl.col("gid"), pl.col("line_no"), pl.col("line_count")]
+    common = [pl.col("gid"), pl.col("line_no"), pl.col("line_count"), pl.col("wrap")]
 
     # A head whose target is missing was cut inside its span fields: the rest of the line is that span chain.
     spans = pl.coalesce(pl.col("spans"), pl.when(pl.col("target").is_null() & pl.col("rest").str.contains(r"^[a-z_]+\{"))
@@ -491,8 +491,10 @@ def _emit(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> None:
         level = pl.when(lvl == "WARN").then(pl.lit("WARNING")).otherwise(lvl)
         kind = (pl.when(tb).then(pl.lit("traceback")).when(lvl == "ERROR").then(pl.lit("error"))
                 .when(lvl == "WARN").then(pl.lit("warning")).otherwise(pl.lit("message")))
+        ev = ev.with_columns(wrap_names(ev["wrap"]))
         ctx.write("log_events", ev.select(
             "line_no", pl.col("line_count").cast(pl.Int32), pl.col("ts_ff").alias("ts_ns"), level.alias("level"),
+            "process",
             kind.alias("kind"), event_message(msg.fill_null(""), tb).alias("message"), pl.col("target"),
             spans.str.slice(0, MSG_MAX).alias("spans"), bm.struct.field("kind").alias("batch_kind"),
             pl.when(bm.struct.field("kind").is_not_null()).then(fields.str.extract(P_BATCH_ID.regex, 1))
