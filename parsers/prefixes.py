@@ -207,3 +207,16 @@ def dedup_count(e: pl.Expr) -> pl.Expr:
 
 def strip_dedup(e: pl.Expr) -> pl.Expr:
     return e.str.replace(DEDUP_RX, "")
+
+
+_UNWRAP_PY = None
+
+
+def unwrap_text(text: str) -> str:
+    """A decoded head of a file (sniffing) without ANSI codes and without the wrapper prefixes of each line."""
+    global _UNWRAP_PY
+    import re
+    if _UNWRAP_PY is None:
+        _UNWRAP_PY = (re.compile(ANSI_RX), re.compile("(?m)^" + WRAPS))
+    ansi, wraps = _UNWRAP_PY
+    return wraps.sub("", ansi.sub("", text))

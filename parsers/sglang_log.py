@@ -28,6 +28,7 @@ import polars as pl
 
 from .base import InputFile, ParseContext, Parser
 from .logtime import check_zone, full_date_ns
+from .prefixes import unwrap_text
 from .patterns import Pattern, Sample
 from .logrecords import (ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
                          note_rows, record_frames, span_of_times, with_body, write_config)
@@ -252,7 +253,7 @@ _SNIFF_BENCH_SGL = re.compile(r"^(?:Backend:\s+\S|Total generated tokens \(retok
 
 
 def sniff_sglang(head: bytes) -> tuple[str, float] | None:
-    text = re.sub(ANSI_RX, "", head.decode("utf-8", "replace"))
+    text = unwrap_text(head.decode("utf-8", "replace"))
     if _SNIFF_STRONG.search(text):
         return "sglang_log", 0.95
     if _SNIFF_BARE.search(text):

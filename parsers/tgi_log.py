@@ -25,6 +25,7 @@ from .base import InputFile, ParseContext, Parser
 from .logrecords import (ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
                          note_rows, record_frames, reject_records, span_of_times, with_body, write_config)
 from .patterns import Pattern, Sample
+from .prefixes import unwrap_text
 
 VERSION = "1.0"
 NS_PER_S = 1_000_000_000
@@ -239,7 +240,7 @@ _SNIFF_UNTIMED = re.compile(rf"^{WRAPS_RX}(?:{LEVELS}) (?:[a-z_]+\{{parameters=G
 
 
 def sniff_tgi(head: bytes) -> tuple[str, float] | None:
-    text = _SNIFF_ANSI.sub("", head.decode("utf-8", "replace"))
+    text = unwrap_text(head.decode("utf-8", "replace"))
     if _SNIFF_TIMED.search(text):
         return "tgi_log", 0.95
     if _SNIFF_JSON.search(text) and ('"target":"text_generation_' in text
