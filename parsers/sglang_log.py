@@ -347,7 +347,7 @@ def _times(recs: pl.DataFrame, st: _State) -> pl.DataFrame:
     full = ts.str.len_chars() >= 19
     parts = ts.str.extract_groups(r"^(?P<Y>\d{4})-(?P<M>\d{2})-(?P<D>\d{2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
                                   r"(?:\.(?P<ms>\d{3}))?$")
-    recs = recs.with_columns(*[parts.struct.field(k).cast(pl.Int64).alias(f"_{k}")
+    recs = recs.with_columns(*[parts.struct.field(k).cast(pl.Int64, strict=False).alias(f"_{k}")
                                for k in ("Y", "M", "D", "h", "mi", "s", "ms")])
     absolute = full_date_ns(recs, "_Y", "_M", "_D", "_h", "_mi", "_s", "_ms", st.tz)
     recs = recs.with_columns(absolute.alias("_abs"), pl.when(ts.is_not_null() & ~full).then(_tod_ns(ts)).alias("_tod"))
@@ -412,8 +412,8 @@ def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _St
         .when(old.struct.field("seq").is_not_null()).then(pl.lit("prefill"))
         .when(m.str.starts_with("#running-req: ")).then(pl.lit("decode")).alias("kind"),
         g.struct.field("label").fill_null("batch").alias("label"),
-        g.struct.field("iter").cast(pl.Int64).alias("forward_iter"),
-        g.struct.field("mixed").cast(pl.Int32).alias("mixed"),
+        g.struct.field("iter").cast(pl.Int64, strict=False).alias("forward_iter"),
+        g.struct.field("mixed").cast(pl.Int32, strict=False).alias("mixed"),
         g.struct.field("gpu").alias("gpu"),
         old.alias("old"),
     )
@@ -467,14 +467,14 @@ def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _St
 
     def num(key: str, old_field: str | None = None) -> pl.Expr:
         e = _field(kv, key)
-        return (pl.coalesce(e, o.struct.field(old_field)) if old_field else e).cast(i32)
+        return (pl.coalesce(e, o.struct.field(old_field)) if old_field else e).cast(i32, strict=False)
 
-    floats = {c: _field(kv, k).str.strip_suffix("%").cast(f64) for k, c in FLOAT_FIELDS}
-    floats["cache_hit_rate_pct"] = pl.coalesce(floats["cache_hit_rate_pct"], o.struct.field("hit").cast(f64))
+    floats = {c: _field(kv, k).str.strip_suffix("%").cast(f64, strict=False) for k, c in FLOAT_FIELDS}
+    floats["cache_hit_rate_pct"] = pl.coalesce(floats["cache_hit_rate_pct"], o.struct.field("hit").cast(f64, strict=False))
     usage = pl.coalesce(_field(kv, "full token usage"), _field(kv, "token usage"),
-                        _field(kv, "token usage", VALUE_RX).str.extract(r"^full=([0-9.]+)", 1)).cast(f64)
+                        _field(kv, "token usage", VALUE_RX).str.extract(r"^full=([0-9.]+)", 1)).cast(f64, strict=False)
     kv_tokens = pl.coalesce(_field(kv, "#full token"), _field(kv, "#token"),
-                            _field(kv, "#token", VALUE_RX).str.extract(r"^full=(\d+)", 1)).cast(i32)
+                            _field(kv, "#token", VALUE_RX).str.extract(r"^full=(\d+)", 1)).cast(i32, strict=False)
     graph = pl.coalesce(_field(kv, "cuda graph"), _field(kv, "npu graph"), _field(kv, "cpu graph"))
     # Fields without a column stay in `extra`; splitting on ", " leaves an SWA value's `swa=…` half as its own
     # element, which is kept, so `#token: full=…, swa=…` survives whole.
@@ -488,12 +488,12 @@ def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _St
         pl.when(rest != "").then(rest)], separator=", ", ignore_nulls=True)
     out = good.select(
         "line_no", pl.col("ts_ff").alias("ts_ns"), "kind",
-        *[ranks.str.extract(rf"\b{tag}(\d+)", 1).cast(i32).alias(col)
+        *[ranks.str.extract(rf"\b{tag}(\d+)", 1).cast(i32, strict=False).alias(col)
           for tag, col in (("TP", "tp_rank"), ("DP", "dp_rank"), ("EP", "ep_rank"), ("PP", "pp_rank"))],
         num("#new-seq", "seq").alias("new_seqs"), num("#new-token", "new").alias("new_tokens"),
         num("#cached-token", "cached").alias("cached_tokens"),
         pl.coalesce(_field(kv, "#running-req"), pl.col("mixed").cast(pl.String), o.struct.field("running"))
-        .cast(i32).alias("running_reqs"),
+        .cast(i32, strict=False).alias("running_reqs"),
         num("#queue-req", "queue").alias("queued_reqs"), num("#pending-token").alias("pending_tokens"),
         usage.alias("token_usage"), kv_tokens.alias("kv_tokens"),
         *[e.alias(c) for c, e in floats.items()],
@@ -520,7 +520,7 @@ def _access(ctx: ParseContext, recs: pl.DataFrame) -> int:
         _process().alias("process"),
         pl.lit("access").alias("kind"), pl.col("msg1").str.slice(0, MSG_MAX).alias("message"),
         g.struct.field("method").alias("http_method"), g.struct.field("path").alias("http_path"),
-        g.struct.field("status").cast(pl.Int32).alias("http_status"), pl.lit("uvicorn.access").alias("target")))
+        g.struct.field("status").cast(pl.Int32, strict=False).alias("http_status"), pl.lit("uvicorn.access").alias("target")))
     return int(a["line_count"].sum())
 
 
@@ -534,7 +534,7 @@ def _finish(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> pl.DataFrame:
     b = pl.col("body")
     vals = {name: b.str.extract(p.regex, 1) for name, p in FINISH_FIELDS}
     rid = pl.coalesce(b.str.extract(P_FINISH.regex, 1), b.str.extract(r"\brid='([^']*)'", 1))
-    e2e = (vals["e2e_latency_s"].cast(pl.Float64) * NS_PER_S).round(0).cast(pl.Int64)
+    e2e = (vals["e2e_latency_s"].cast(pl.Float64, strict=False) * NS_PER_S).round(0).cast(pl.Int64, strict=False)
     reason = vals["finish_reason"]
     out = f.select(
         "line_no", rid.alias("request_id"), (pl.int_range(pl.len()) + st.req_index).cast(pl.Int32).alias("request_index"),
@@ -542,9 +542,9 @@ def _finish(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> pl.DataFrame:
         pl.col("ts_ns").alias("finish_ns"),
         # The head has 1 s resolution: arrival = finish - e2e_latency inherits that coarseness.
         pl.when(pl.col("ts_ns") >= REL_BOUND).then(pl.col("ts_ns") - e2e).alias("arrival_ns"),
-        vals["prompt_tokens"].cast(pl.Int32).alias("prompt_tokens"),
-        vals["output_tokens"].cast(pl.Int32).alias("output_tokens"),
-        vals["cached_tokens"].cast(pl.Int32).alias("cached_tokens"),
+        vals["prompt_tokens"].cast(pl.Int32, strict=False).alias("prompt_tokens"),
+        vals["output_tokens"].cast(pl.Int32, strict=False).alias("output_tokens"),
+        vals["cached_tokens"].cast(pl.Int32, strict=False).alias("cached_tokens"),
         e2e.alias("e2e_latency_ns"),
         pl.when(reason == "abort").then(pl.lit("aborted")).otherwise(pl.lit("ok")).alias("status"),
         reason.alias("finish_reason"),

@@ -298,7 +298,7 @@ def _duration_ns(fields: pl.Expr, key: str) -> pl.Expr:
     m = fields.str.extract_groups(
         rf"\b{key}(?:=|\":)\"(?P<num>\d+(?:\.\d+)?)(?P<unit>ns|µs|μs|us|ms|s)\"")
     mult = m.struct.field("unit").replace_strict(UNIT_NS, default=None, return_dtype=pl.Float64)
-    return (m.struct.field("num").cast(pl.Float64) * mult).round(0).cast(pl.Int64)
+    return (m.struct.field("num").cast(pl.Float64, strict=False) * mult).round(0).cast(pl.Int64, strict=False)
 
 
 class _State:
@@ -416,7 +416,7 @@ def _emit(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> None:
                                fields.str.extract(P_SEED.regex, 1).cast(pl.UInt64, strict=False).alias("seed"),
                                fields.str.extract(P_TRACE_ID.regex, 1).alias("trace_id"))
         total, inf, tpt = pl.col("total_time"), pl.col("inference_time"), pl.col("time_per_token")
-        n_out = (inf.cast(pl.Float64) / tpt.cast(pl.Float64)).round(0).cast(pl.Int64)
+        n_out = (inf.cast(pl.Float64, strict=False) / tpt.cast(pl.Float64, strict=False)).round(0).cast(pl.Int64, strict=False)
         # time_per_token is inference_time / generated_tokens truncated to whole ns (Rust Duration / u32): keep the
         # count only when it reproduces the printed quotient.
         n_ok = (n_out >= 1) & ((inf // n_out.clip(lower_bound=1) - tpt).abs() <= 1)
@@ -429,7 +429,7 @@ def _emit(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> None:
             rid.alias("server_request_id"), pl.lit("tgi").alias("engine"), pl.lit("server").alias("kind"),
             arrival.alias("arrival_ns"), finish.alias("finish_ns"),
             (arrival + pl.col("validation_time") + pl.col("queue_time")).alias("scheduled_ns"),
-            pl.when(n_ok).then(n_out).cast(pl.Int32).alias("output_tokens"),
+            pl.when(n_ok).then(n_out).cast(pl.Int32, strict=False).alias("output_tokens"),
             pl.col("params").str.extract(P_MAXNEW.regex, 1).cast(pl.Int32, strict=False).alias("max_tokens"),
             total.alias("e2e_latency_ns"), pl.col("queue_time").alias("queue_ns"),
             pl.col("validation_time").alias("validation_ns"), inf.alias("inference_ns"),
