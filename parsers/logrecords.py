@@ -26,9 +26,16 @@ def unwrap(df: pl.DataFrame, col: str = "text") -> pl.DataFrame:
     t = pl.col(col)
     if df[col].str.contains("\x1b", literal=True).any():
         t = X.strip_ansi(t)
-    df = df.select("line_no", t.alias("_t"))
-    w, rest = X.split(pl.col("_t"))
-    df = df.select("line_no", w.alias("wrap"), rest.alias("t"))
+    df = df.select("line_no", t.alias("t"))
+    # The capture runs only on lines that start with a wrapper (a capture-free test first: most logs have none).
+    has = df["t"].str.contains("^" + X.ONE)
+    if has.any():
+        w, rest = X.split(pl.col("t"))
+        sub = df.filter(has).select("line_no", w.alias("wrap"), rest.alias("t"))
+        df = df.with_columns(pl.lit(None, pl.String).alias("wrap")).update(sub, on="line_no")
+    else:
+        df = df.with_columns(pl.lit(None, pl.String).alias("wrap"))
+    df = df.select("line_no", "wrap", "t")
     if df["t"].str.contains("across cluster]", literal=True).any():
         return df.with_columns(X.dedup_count(pl.col("t")).alias("dedup"), X.strip_dedup(pl.col("t")).alias("t"))
     return df.with_columns(pl.lit(None, pl.Int64).alias("dedup"))
@@ -125,22 +132,29 @@ class RecordSplitter:
 
 def trim_trailing_blanks(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """Blank lines at the end of a record belong to no record: (the other lines, how many blank ones were cut)."""
-    keep = (~pl.col("blank")).cast(pl.Int8).cum_max(reverse=True).over("gid") == 1
-    kept = df.filter(keep)
+    if not df["blank"].any():
+        return df, 0
+    # Records are contiguous runs of one gid: a blank line is kept when a non-blank line of its gid follows it.
+    nxt = pl.when(~pl.col("blank")).then(pl.col("gid")).backward_fill()
+    kept = df.filter(~pl.col("blank") | (nxt == pl.col("gid")).fill_null(False))
     return kept, df.height - kept.height
 
 
 def collapse(df: pl.DataFrame, text: str = "t") -> pl.DataFrame:
     """One row per record (`gid`): the first line's columns, `line_count`, `cont` (the later lines joined with a
     newline; NULL for a one-line record) and `joined` (all lines joined with nothing: a hard-wrapped paste)."""
-    df = df.with_columns(pl.len().over("gid").cast(pl.Int64).alias("line_count"))
-    single = df.filter(pl.col("line_count") == 1).with_columns(
-        pl.lit(None, pl.String).alias("cont"), pl.col(text).alias("joined"))
-    multi = df.filter(pl.col("line_count") > 1)
-    if multi.height == 0:
+    # Records are contiguous runs of one gid (no group-by over the whole frame: most records are one line).
+    g = pl.col("gid")
+    alone = (g != g.shift(1)).fill_null(True) & (g != g.shift(-1)).fill_null(True)
+    mask = df.select(alone).to_series()
+    single = df.filter(mask).with_columns(pl.lit(1, pl.Int64).alias("line_count"),
+                                          pl.lit(None, pl.String).alias("cont"), pl.col(text).alias("joined"))
+    if mask.all():
         return single
+    multi = df.filter(~mask)
     agg = multi.group_by("gid", maintain_order=True).agg(
         pl.exclude("gid").first(),
+        pl.len().cast(pl.Int64).alias("line_count"),
         pl.col(text).slice(1).str.join("\n").alias("cont"),
         pl.col(text).str.join("").alias("joined"),
     )
