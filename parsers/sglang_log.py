@@ -294,7 +294,8 @@ def _prepare(df: pl.DataFrame) -> pl.DataFrame:
     df = df.with_columns(pl.when(whole).then(f("ts")).alias("ts"), pl.when(whole).then(f("ranks")).alias("ranks"),
                          pl.when(whole).then(t.str.slice(pl.col("_n"))).alias("hmsg"),
                          wrap_names(df["wrap"]), pl.lit(False).alias("debris")).drop("_f", "_n")
-    rare = df.filter(pl.col("ts").is_null() & t.str.contains(r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}"))
+    rare = df.filter(pl.col("ts").is_null())
+    rare = rare.filter(t.str.contains(r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}"))
     if rare.height:
         h = t.str.extract_groups(P_HEAD.regex)
         f = h.struct.field
@@ -356,10 +357,14 @@ def _times(recs: pl.DataFrame, st: _State) -> pl.DataFrame:
     full = ts.str.len_chars() >= 19
     parts = ts.str.extract_groups(r"^(?P<Y>\d{4})-(?P<M>\d{2})-(?P<D>\d{2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
                                   r"(?:\.(?P<ms>\d{3}))?$")
-    recs = recs.with_columns(*[parts.struct.field(k).cast(pl.Int64, strict=False).alias(f"_{k}")
-                               for k in ("Y", "M", "D", "h", "mi", "s", "ms")])
-    absolute = full_date_ns(recs, "_Y", "_M", "_D", "_h", "_mi", "_s", "_ms", st.tz)
-    recs = recs.with_columns(absolute.alias("_abs"), pl.when(ts.is_not_null() & ~full).then(_tod_ns(ts)).alias("_tod"))
+    # Computed once per distinct timestamp (1 s resolution: many lines share one).
+    u = recs.select(ts.drop_nulls().unique())
+    u = u.with_columns(*[parts.struct.field(k).cast(pl.Int64, strict=False).alias(f"_{k}")
+                         for k in ("Y", "M", "D", "h", "mi", "s", "ms")])
+    u = u.with_columns(full_date_ns(u, "_Y", "_M", "_D", "_h", "_mi", "_s", "_ms", st.tz).alias("_abs"),
+                       pl.when(~full).then(_tod_ns(ts)).alias("_tod"))
+    recs = recs.with_columns(*[ts.replace_strict(u["ts"], u[k], default=None, return_dtype=pl.Int64).alias(k)
+                               for k in ("_abs", "_tod")])
     st.abs_rows += int(recs["_abs"].is_not_null().sum())
     st.ms = st.ms or bool(recs["ts"].str.contains(r"\.\d{3}$").any())
     tod = recs.filter(pl.col("_tod").is_not_null()).select("gid", "_tod")
@@ -386,7 +391,7 @@ def _times(recs: pl.DataFrame, st: _State) -> pl.DataFrame:
     got = recs["ts_ff"].drop_nulls()
     if got.len():
         st.last_ts = int(got[-1])
-    return recs.drop("_Y", "_M", "_D", "_h", "_mi", "_s", "_ms", "_abs", "_tod", "_rel")
+    return recs.drop("_abs", "_tod", "_rel")
 
 
 # Keys that end another key ("token usage" ends "full token usage") need the separator before them in a search.
@@ -540,9 +545,8 @@ def _batch_rows(good: pl.DataFrame, lay: dict, aligned: bool) -> pl.DataFrame | 
 
     def _field(kv_: pl.Expr, key: str, value_rx: str = PLAIN_VALUE_RX) -> pl.Expr:
         if aligned and value_rx == PLAIN_VALUE_RX:
-            i = pl.col("_sid").replace_strict(list(range(len(lay["sig"]))), lay["i:" + key], default=None,
-                                              return_dtype=pl.Int64)
-            return pl.col("_vals").list.get(i, null_on_oob=True)
+            i = pl.Series(lay["i:" + key], dtype=pl.Int64).gather(good["_sid"])
+            return pl.col("_vals").list.get(pl.lit(i), null_on_oob=True)
         if aligned:
             return pl.lit(None, pl.String)
         return _search_field(kv_, key, value_rx)
