@@ -402,15 +402,10 @@ _KEY_TOKEN = r"[#A-Za-z][^:,]*: "  # a field's key and its `: ` (values hold nei
 
 
 def _search_field(kv: pl.Expr, key: str, value_rx: str = PLAIN_VALUE_RX) -> pl.Expr:
-    """The value of one field of a batch line that already passed P_KV_GRAMMAR (so each key occurs once and values
-    are well delimited): the key found by a literal search, its value read from a short window after it."""
-    pat = key + ": "
-    if key in _SUFFIX_KEYS:  # "token usage" ends "full token usage": it starts the line or follows ", "
-        pos = pl.when(kv.str.starts_with(pat)).then(pl.lit(0, pl.UInt32)).otherwise(
-            kv.str.find(", " + pat, literal=True) + 2)
-    else:
-        pos = kv.str.find(pat, literal=True)
-    return kv.str.slice(pos + len(pat), 48).str.extract(rf"^({value_rx})(?:,|$)", 1)
+    """The value of one field of a batch line that already passed P_KV_GRAMMAR (so values are well delimited): the
+    slower path, for SWA values and the 0.1 layout (the rest read values by layout index)."""
+    lead = "(?:^|, )" if key in _SUFFIX_KEYS else ""
+    return kv.str.extract(rf"{lead}{_rx_escape(key)}: ({value_rx})(?:, |$)", 1)
 
 
 # The label of a batch line (P_BATCH without its fields), matched on the line's first characters.
