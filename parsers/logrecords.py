@@ -11,9 +11,12 @@ import polars as pl
 
 from . import prefixes as X
 from .base import InputFile, ParseContext
-from .lines import iter_line_frames
+from .lines import iter_line_frames, prefetch
 
 MSG_MAX = 4096  # characters of a message kept in log_events
+# Bytes per frame: a frame's derived text columns (cleaned line, rest, message, spans, ...) hold several copies of
+# it, so peak memory grows with the frame, not the file; 8 MB keeps the per-frame fixed cost small too.
+FRAME_BYTES = 8 << 20
 
 
 ANSI_RX = X.ANSI_RX
@@ -59,39 +62,88 @@ class _CountingInput:
             yield block
 
 
-def line_frames(ctx: ParseContext) -> Iterator[tuple[pl.DataFrame, bool]]:
+def line_frames(ctx: ParseContext, prepare: Callable[[pl.DataFrame], pl.DataFrame] | None = None
+                ) -> Iterator[tuple[pl.DataFrame, bool]]:
     """(frame, is_last) in file order; one frame of look-ahead so that a gzip cut is known before the last frame.
 
-    The last line of a cut gzip is rejected (with the cut's reason), since the cut may fall inside it. Sets
-    `ctx.raw_bytes` to the decompressed size.
+    With `prepare`, frames are read, split into lines, stripped of undecodable lines (rejected here) and prepared
+    in a background thread (polars releases the GIL: the next frame is prepared while this one is parsed on the
+    other core). The last line of a cut gzip is rejected (with the cut's reason), since the cut may fall inside
+    it. Sets `ctx.raw_bytes` to the decompressed size.
     """
     counting = _CountingInput(ctx.input)
+
+    def work(df: pl.DataFrame):
+        bad = df.filter(pl.col("bad_utf8")).select("line_no", "text") if df["bad_utf8"].any() else None
+        good = df if bad is None else df.filter(~pl.col("bad_utf8"))
+        return bad, (prepare(good) if prepare else good), df.tail(1).select("line_no", "text")
+
     prev = None
-    for df in iter_line_frames(counting):
+    for item in prefetch(map(work, iter_line_frames(counting, block_bytes=FRAME_BYTES)), depth=1):
         if prev is not None:
-            yield prev, False
-        prev = df
+            yield _reject_bad(ctx, prev), False
+        prev = item
     ctx.raw_bytes = counting.nbytes
     cut = ctx.input.cut_error
     if prev is None:
         if cut:
             ctx.reject(cut)
         return
+    bad, df, last_line = prev
     if cut:
-        ctx.write_rejects(prev.tail(1).select(
+        ctx.write_rejects(last_line.select(
             "line_no", pl.lit(f"{cut}; the last line may be incomplete").alias("reason"),
             pl.col("text").alias("raw")).to_arrow())
-        prev = prev.head(prev.height - 1)
-    yield prev, True
+        n = int(last_line["line_no"][0])
+        df = df.filter(pl.col("line_no") != n)
+        if bad is not None:
+            bad = bad.filter(pl.col("line_no") != n)
+    yield _reject_bad(ctx, (bad, df, last_line)), True
 
 
-def drop_bad_utf8(ctx: ParseContext, df: pl.DataFrame) -> pl.DataFrame:
-    """Reject lines that are not valid UTF-8 (their raw text keeps U+FFFD where the bad bytes were)."""
-    bad = df.filter(pl.col("bad_utf8"))
-    if bad.height:
-        ctx.write_rejects(bad.select("line_no", pl.lit("invalid UTF-8").alias("reason"), pl.col("text").alias("raw")).to_arrow())
-        df = df.filter(~pl.col("bad_utf8"))
+def _reject_bad(ctx: ParseContext, item) -> pl.DataFrame:
+    """Reject a frame's lines that are not valid UTF-8 (their raw text keeps U+FFFD where the bad bytes were)."""
+    bad, df, _ = item
+    if bad is not None and bad.height:
+        ctx.write_rejects(bad.select("line_no", pl.lit("invalid UTF-8").alias("reason"),
+                                     pl.col("text").alias("raw")).to_arrow())
     return df
+
+
+class BufferedWrites:
+    """The parse context with its `write` batched: rows of each table are gathered (as Arrow, a compact copy) and
+    inserted about every FLUSH_ROWS rows or FLUSH_BYTES bytes (one INSERT costs a few ms whatever its size, and a frame gives several
+    tables a few thousand rows each). Everything else is the context's own; `flush()` before reading the tables."""
+
+    FLUSH_ROWS = 250_000
+    FLUSH_BYTES = 24 << 20  # memory held per table before an insert
+
+    def __init__(self, ctx: ParseContext):
+        self._ctx = ctx
+        self._buf: dict[str, list] = {}
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    def write(self, table: str, data) -> int:
+        t = data.to_arrow() if isinstance(data, pl.DataFrame) else data
+        if t.num_rows == 0:
+            return 0
+        buf = self._buf.setdefault(table, [])
+        buf.append(t)
+        if sum(b.num_rows for b in buf) >= self.FLUSH_ROWS or sum(b.nbytes for b in buf) >= self.FLUSH_BYTES:
+            self._flush(table)
+        return t.num_rows
+
+    def _flush(self, table: str) -> None:
+        import pyarrow as pa
+        buf = self._buf.pop(table, [])
+        if buf:
+            self._ctx.write(table, pa.concat_tables(buf, promote_options="default"))
+
+    def flush(self) -> None:
+        for table in list(self._buf):
+            self._flush(table)
 
 
 class RecordSplitter:
@@ -167,8 +219,8 @@ def record_frames(ctx: ParseContext, flag, prepare: Callable[[pl.DataFrame], pl.
     reject, `prepare` applied, records split by `flag` across frame edges, trailing blank lines counted skipped."""
     splitter = RecordSplitter(flag)
     markers = folded = 0
-    for frame, last in line_frames(ctx):
-        lines = splitter.feed(prepare(drop_bad_utf8(ctx, frame)), last)
+    for frame, last in line_frames(ctx, prepare):
+        lines = splitter.feed(frame, last)
         if lines.height == 0:
             continue
         if "dedup" in lines.columns:

@@ -31,7 +31,7 @@ from .logtime import check_zone, full_date_ns
 from .prefixes import unwrap_text
 from .patterns import Pattern, Sample
 from .logrecords import (ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
-                         note_rows, record_frames, span_of_times, with_body, write_config)
+                         note_rows, record_frames, BufferedWrites, span_of_times, with_body, write_config)
 
 VERSION = "1.0"
 NS_PER_S = 1_000_000_000
@@ -751,15 +751,17 @@ class SglangLogParser(Parser):
 
     def parse(self, ctx: ParseContext, fmt: str) -> None:
         st = _State(check_zone(ctx.options.tz))
+        out = BufferedWrites(ctx)
         for lines, recs in record_frames(ctx, _flag, _prepare):
             recs = _times(recs, st)
             tq = recs.filter(pl.col("cat") == "tqdm")
             ctx.counts.skipped += int(tq["line_count"].sum()) if tq.height else 0
-            ctx.counts.parsed += _batches(ctx, lines, recs, st)
-            ctx.counts.parsed += _access(ctx, recs)
-            rest = _finish(ctx, recs, st)
-            rest = _config(ctx, rest, st)
-            ctx.counts.parsed += _events(ctx, rest)
+            ctx.counts.parsed += _batches(out, lines, recs, st)
+            ctx.counts.parsed += _access(out, recs)
+            rest = _finish(out, recs, st)
+            rest = _config(out, rest, st)
+            ctx.counts.parsed += _events(out, rest)
+        out.flush()
         write_config(ctx, st.config, CONFIG_ALIASES, "sglang")
         if st.rel_first is not None:
             ctx.set_clock("log_wallclock", _anchor_time_only(ctx, st))

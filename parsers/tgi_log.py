@@ -23,7 +23,7 @@ import polars as pl
 
 from .base import InputFile, ParseContext, Parser
 from .logrecords import (ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
-                         note_rows, record_frames, reject_records, span_of_times, with_body, write_config)
+                         note_rows, record_frames, BufferedWrites, reject_records, span_of_times, with_body, write_config)
 from .patterns import Pattern, Sample
 from .prefixes import unwrap_text
 
@@ -583,6 +583,7 @@ class TgiLogParser(Parser):
 
     def parse(self, ctx: ParseContext, fmt: str) -> None:
         st = _State()
+        out = BufferedWrites(ctx)
         for lines, recs in record_frames(ctx, _flag, _prepare):
             recs, bad = _normalise(recs)
             if bad.height:
@@ -598,8 +599,9 @@ class TgiLogParser(Parser):
                 reject_records(ctx, lines, lost["gid"], pl.concat_str([
                     pl.lit("JSON record that does not parse (cut off or corrupt), starting at line "),
                     pl.col("gid").replace_strict(lost["gid"], lost["line_no"].cast(pl.String), default="?")]))
-            _emit(ctx, recs, st)
+            _emit(out, recs, st)
             ctx.counts.parsed += int(recs["line_count"].sum()) if recs.height else 0
+        out.flush()
         write_config(ctx, st.config, {"model_id": "model", "num_shard": "tensor_parallel_size"}, "tgi")
         if st.timed:
             ctx.set_clock("log_wallclock_utc", "RFC 3339 UTC timestamps printed by TGI (µs); untimed records: "

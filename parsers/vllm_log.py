@@ -24,7 +24,7 @@ from stallscope.errors import InputError
 from . import prefixes as X
 from . import vllm_log_patterns as P
 from .base import ParseContext, Parser, file_mtime_ns
-from .lines import iter_line_frames
+from .lines import iter_line_frames, prefetch as _prefetch
 from .logrecords import dedup_note
 from .logtime import Local, WallClock, check_zone, choose_year, full_date_ns
 from .vllm_log_config import ConfigCollector
@@ -837,43 +837,6 @@ class _Writer:
             self.thread = None
         if wait and self.error is not None:
             raise self.error
-
-
-def _prefetch(frames: Iterator[pl.DataFrame], depth: int = 2) -> Iterator[pl.DataFrame]:
-    """Read and split the next frames in a background thread while this one is parsed (numpy, Arrow and polars
-    release the GIL, so reading overlaps parsing on a second core). At most `depth` frames wait in memory."""
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    done = object()
-    stop = threading.Event()
-
-    def produce():
-        try:
-            for f in frames:
-                while not stop.is_set():
-                    try:
-                        q.put(f, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            q.put(done)
-        except BaseException as e:  # handed to the consumer, which raises it in the parser's thread
-            q.put(e)
-
-    t = threading.Thread(target=produce, name="vllm-log-reader", daemon=True)
-    t.start()
-    try:
-        while True:
-            item = q.get()
-            if item is done:
-                break
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        t.join()
 
 
 def _envelope(df: pl.DataFrame) -> pl.DataFrame:
