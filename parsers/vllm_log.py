@@ -390,20 +390,26 @@ class _Run:
         frame before (`self.last_rec`)."""
         recs = df.filter(c("tag").is_not_null()).select(
             "line_no", "ts_ns", "tag", "msg", "process", c("process").fill_null("").alias("_k"))
-        if recs.height == 0:
-            return recs.with_columns(pl.lit(None, pl.Int64).alias("stats_line"))
+        if recs.height == 0 or not (recs["tag"] == "pch").any():
+            if recs.height:
+                self._remember_last(recs)
+            return recs.head(0).with_columns(pl.lit(None, pl.Int64).alias("stats_line"))
         prev = recs.with_columns(*[c(k).shift(1).over("_k").alias(f"_p{k}") for k in ("tag", "line_no", "ts_ns")])
         if self.last_rec:
             before = pl.DataFrame(list(self.last_rec.values()), orient="row",
                                   schema={"_k": pl.String, "_btag": pl.String, "_bline_no": pl.Int64, "_bts_ns": pl.Int64})
             prev = prev.join(before, on="_k", how="left", maintain_order="left").with_columns(
                 *[pl.coalesce(c(f"_p{k}"), c(f"_b{k}")).alias(f"_p{k}") for k in ("tag", "line_no", "ts_ns")])
-        last = recs.group_by("_k").agg(c("tag").last(), c("line_no").last(), c("ts_ns").last())
-        for k, tag, line, ts in last.iter_rows():
-            self.last_rec[k] = (k, tag, line, ts)
+        self._remember_last(recs)
         fold = ((c("_ptag") == "stats") & (c("ts_ns") - c("_pts_ns")).is_between(0, NS_PER_S))
         return prev.filter(c("tag") == "pch").select(
             "line_no", "ts_ns", "msg", "process", pl.when(fold).then(c("_pline_no")).alias("stats_line"))
+
+    def _remember_last(self, recs: pl.DataFrame) -> None:
+        """The last record of each process stream in this frame (a log has a handful of streams)."""
+        last = recs.group_by("_k").agg(c("tag").last(), c("line_no").last(), c("ts_ns").last())
+        for k, tag, line, ts in last.iter_rows():
+            self.last_rec[k] = (k, tag, line, ts)
 
     def _prefix_hits(self, sub: pl.DataFrame) -> pl.Series | None:
         """V0 prefix-cache lines: their numbers go into the stats row they follow (folded at the end, once every
