@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from .base import InputFile
 
-BLOCK_BYTES = 32 << 20
+BLOCK_BYTES = 16 << 20
 
 
 def frame_lines(body: bytes, first_line_no: int) -> pl.DataFrame:

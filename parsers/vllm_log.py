@@ -1,6 +1,6 @@
 """vLLM server logs (V0 and V1 engines, 0.2 → 2026) into engine_stats, requests, request_events, engine_config, log_events.
 
-The file streams through `iter_line_frames` in 32 MB frames (read ahead in a thread; rows go to DuckDB in
+The file streams through `iter_line_frames` in 16 MB frames (read ahead in a thread; rows go to DuckDB in
 batches from another). Per frame, polars works column-wise: ANSI codes out; anchored regexes (`head_fast`, then
 `head` for the rest) read docker-compose/process prefixes and the record envelope (vLLM, Ray, uvicorn, KServe); hard-wrapped pieces are joined to their record, the lines of a traceback grouped into one
 event, known noise recognised; then each record kind gets its own regexes on its own rows only (the long
