@@ -177,14 +177,12 @@ def split(e: pl.Expr) -> tuple[pl.Expr, pl.Expr]:
 
 
 def _element_name(el: pl.Expr) -> pl.Expr:
-    """The stream name of one prefix element (its `name` group; journald without its time)."""
-    out = None
+    """The stream name of one prefix element: its `name` (or `bname`) group; journald's time is not part of it."""
+    fields = []
     for w in PREFIXES:
-        groups = [g for g in ("name", "bname") if f"(?P<{g}>" in w.regex]
-        got = pl.coalesce([el.str.extract("^" + w.regex, i + 1) for i in range(len(groups))]) if len(groups) > 1 \
-            else el.str.extract("^" + w.regex.replace("(?P<name>", "("), 1)
-        out = got if out is None else pl.coalesce(out, got)
-    return out
+        g = el.str.extract_groups("^(?:" + w.regex + ")")
+        fields += [g.struct.field(n) for n in ("name", "bname") if f"(?P<{n}>" in w.regex]
+    return pl.coalesce(fields)
 
 
 def names(wrap: pl.Series) -> pl.Series:
