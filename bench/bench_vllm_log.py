@@ -101,7 +101,7 @@ _UVI = re.compile(r'(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+(\S+:\d+) - "([A-Z]+)
 
 def loop_parse(path: str, year: int = YEAR) -> dict:
     """The straightforward parser: one regex match per line, Python objects per record, epoch seconds per record."""
-    stats, reqs, life, access = [], [], [], []
+    stats, pch, reqs, life, access = [], [], [], [], []
     day0: dict[tuple[str, str], int] = {}
     ts = None
     with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
@@ -125,7 +125,7 @@ def loop_parse(path: str, year: int = YEAR) -> dict:
                 elif msg.startswith("Prefix cache hit rate: GPU"):
                     s = _PCH.match(msg)
                     if s:
-                        stats.append((no, ts) + s.groups())
+                        pch.append((no, ts) + s.groups())
                 elif msg.startswith("Received request "):
                     r = _RECV.match(msg)
                     ids = _IDS.search(msg)
@@ -144,7 +144,7 @@ def loop_parse(path: str, year: int = YEAR) -> dict:
                 u = _UVI.match(body)
                 if u:
                     access.append((no, ts) + u.groups())
-    return {"stats": len(stats), "received": len(reqs), "lifecycle": len(life), "access": len(access),
+    return {"stats": len(stats), "prefix_hits": len(pch), "received": len(reqs), "lifecycle": len(life), "access": len(access),
             "prompt_tokens_sum": sum(r[3] or 0 for r in reqs)}
 
 
@@ -163,7 +163,9 @@ def _worker(which: str, path: str, db: str) -> None:
             if not r.ok:
                 raise SystemExit(f"ingest failed: {[x.message for x in r]}")
             q = lambda sql: s.con.execute(sql).fetchone()[0]  # noqa: E731
+            # V0's prefix-cache line is folded into its stats row: one row per interval.
             counts = {"stats": q("SELECT count(*) FROM engine_stats"),
+                      "prefix_hits": q("SELECT count(*) FROM engine_stats WHERE cpu_prefix_cache_hit_rate_pct IS NOT NULL"),
                       "received": q("SELECT count(*) FROM request_events WHERE event = 'received'"),
                       "lifecycle": q("SELECT count(*) FROM request_events WHERE event <> 'received'"),
                       "access": q("SELECT count(*) FROM log_events WHERE kind = 'access'"),

@@ -6,6 +6,8 @@ their 1-based physical line numbers. Invalid UTF-8 is decoded with U+FFFD replac
 """
 from __future__ import annotations
 
+import queue
+import threading
 from typing import Iterator
 
 import numpy as np
@@ -14,7 +16,7 @@ import pyarrow as pa
 
 from .base import InputFile
 
-BLOCK_BYTES = 32 << 20
+BLOCK_BYTES = 16 << 20
 
 
 def frame_lines(body: bytes, first_line_no: int) -> pl.DataFrame:
@@ -67,3 +69,40 @@ def iter_line_frames(inp: InputFile, block_bytes: int = BLOCK_BYTES) -> Iterator
         yield df
     if carry:
         yield frame_lines(carry + b"\n", line_no)
+
+
+def prefetch(frames: Iterator, depth: int = 2) -> Iterator:
+    """Read and split the next frames in a background thread while this one is parsed (numpy, Arrow and polars
+    release the GIL, so reading overlaps parsing on a second core). At most `depth` frames wait in memory."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    done = object()
+    stop = threading.Event()
+
+    def produce():
+        try:
+            for f in frames:
+                while not stop.is_set():
+                    try:
+                        q.put(f, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(done)
+        except BaseException as e:  # handed to the consumer, which raises it in the parser's thread
+            q.put(e)
+
+    t = threading.Thread(target=produce, name="log-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                break
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        t.join()

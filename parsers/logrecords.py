@@ -9,20 +9,44 @@ from typing import Callable, Iterator
 
 import polars as pl
 
+from . import prefixes as X
 from .base import InputFile, ParseContext
-from .lines import iter_line_frames
+from .lines import iter_line_frames, prefetch
 
 MSG_MAX = 4096  # characters of a message kept in log_events
+# Bytes per frame: a frame's derived text columns (cleaned line, rest, message, spans, ...) hold several copies of
+# it, so peak memory grows with the frame, not the file; 8 MB keeps the per-frame fixed cost small too.
+FRAME_BYTES = 8 << 20
 
 
-ANSI_RX = r"\x1b\[[0-9;?]*[A-Za-z]"
-# docker compose: `tgi-3-1         | ` or `[text-generation-inference] | ` in front of every line.
-COMPOSE_RX = r"^(?:\[[^\]]+\]\s+\|\s|[\w.-]+\s+\|\s)"
+ANSI_RX = X.ANSI_RX
+WRAPS_RX = X.WRAPS  # the wrapper prefixes of every log (compose, kubectl, journald, Ray actors), unanchored
 
 
-def clean_text(col: str = "text") -> pl.Expr:
-    """The line without ANSI colour codes and without a docker-compose prefix."""
-    return pl.col(col).str.replace_all(ANSI_RX, "").str.replace(COMPOSE_RX, "")
+def unwrap(df: pl.DataFrame, col: str = "text") -> pl.DataFrame:
+    """(line_no, t, wrap, dedup): the line without ANSI codes, its wrapper prefixes (`prefixes.WRAPS`) cut off
+    into `wrap`, and Ray's dedup marker cut off the end with its count in `dedup` (NULL without one)."""
+    t = pl.col(col)
+    if df[col].str.contains("\x1b", literal=True).any():
+        t = X.strip_ansi(t)
+    df = df.select("line_no", t.alias("t"))
+    # The capture runs only on lines that start with a wrapper (a capture-free test first: most logs have none).
+    has = df["t"].str.contains("^" + X.ONE)
+    if has.any():
+        w, rest = X.split(pl.col("t"))
+        sub = df.filter(has).select("line_no", w.alias("wrap"), rest.alias("t"))
+        df = df.with_columns(pl.lit(None, pl.String).alias("wrap")).update(sub, on="line_no")
+    else:
+        df = df.with_columns(pl.lit(None, pl.String).alias("wrap"))
+    df = df.select("line_no", "wrap", "t")
+    if df["t"].str.contains("across cluster]", literal=True).any():
+        return df.with_columns(X.dedup_count(pl.col("t")).alias("dedup"), X.strip_dedup(pl.col("t")).alias("t"))
+    return df.with_columns(pl.lit(None, pl.Int64).alias("dedup"))
+
+
+def wrap_names(wrap: pl.Series) -> pl.Series:
+    """log_events.process from the wrapper prefixes (`prefixes.names`)."""
+    return X.names(wrap)
 
 
 class _CountingInput:
@@ -38,39 +62,88 @@ class _CountingInput:
             yield block
 
 
-def line_frames(ctx: ParseContext) -> Iterator[tuple[pl.DataFrame, bool]]:
+def line_frames(ctx: ParseContext, prepare: Callable[[pl.DataFrame], pl.DataFrame] | None = None
+                ) -> Iterator[tuple[pl.DataFrame, bool]]:
     """(frame, is_last) in file order; one frame of look-ahead so that a gzip cut is known before the last frame.
 
-    The last line of a cut gzip is rejected (with the cut's reason), since the cut may fall inside it. Sets
-    `ctx.raw_bytes` to the decompressed size.
+    With `prepare`, frames are read, split into lines, stripped of undecodable lines (rejected here) and prepared
+    in a background thread (polars releases the GIL: the next frame is prepared while this one is parsed on the
+    other core). The last line of a cut gzip is rejected (with the cut's reason), since the cut may fall inside
+    it. Sets `ctx.raw_bytes` to the decompressed size.
     """
     counting = _CountingInput(ctx.input)
+
+    def work(df: pl.DataFrame):
+        bad = df.filter(pl.col("bad_utf8")).select("line_no", "text") if df["bad_utf8"].any() else None
+        good = df if bad is None else df.filter(~pl.col("bad_utf8"))
+        return bad, (prepare(good) if prepare else good), df.tail(1).select("line_no", "text")
+
     prev = None
-    for df in iter_line_frames(counting):
+    for item in prefetch(map(work, iter_line_frames(counting, block_bytes=FRAME_BYTES)), depth=1):
         if prev is not None:
-            yield prev, False
-        prev = df
+            yield _reject_bad(ctx, prev), False
+        prev = item
     ctx.raw_bytes = counting.nbytes
     cut = ctx.input.cut_error
     if prev is None:
         if cut:
             ctx.reject(cut)
         return
+    bad, df, last_line = prev
     if cut:
-        ctx.write_rejects(prev.tail(1).select(
+        ctx.write_rejects(last_line.select(
             "line_no", pl.lit(f"{cut}; the last line may be incomplete").alias("reason"),
             pl.col("text").alias("raw")).to_arrow())
-        prev = prev.head(prev.height - 1)
-    yield prev, True
+        n = int(last_line["line_no"][0])
+        df = df.filter(pl.col("line_no") != n)
+        if bad is not None:
+            bad = bad.filter(pl.col("line_no") != n)
+    yield _reject_bad(ctx, (bad, df, last_line)), True
 
 
-def drop_bad_utf8(ctx: ParseContext, df: pl.DataFrame) -> pl.DataFrame:
-    """Reject lines that are not valid UTF-8 (their raw text keeps U+FFFD where the bad bytes were)."""
-    bad = df.filter(pl.col("bad_utf8"))
-    if bad.height:
-        ctx.write_rejects(bad.select("line_no", pl.lit("invalid UTF-8").alias("reason"), pl.col("text").alias("raw")).to_arrow())
-        df = df.filter(~pl.col("bad_utf8"))
+def _reject_bad(ctx: ParseContext, item) -> pl.DataFrame:
+    """Reject a frame's lines that are not valid UTF-8 (their raw text keeps U+FFFD where the bad bytes were)."""
+    bad, df, _ = item
+    if bad is not None and bad.height:
+        ctx.write_rejects(bad.select("line_no", pl.lit("invalid UTF-8").alias("reason"),
+                                     pl.col("text").alias("raw")).to_arrow())
     return df
+
+
+class BufferedWrites:
+    """The parse context with its `write` batched: rows of each table are gathered (as Arrow, a compact copy) and
+    inserted about every FLUSH_ROWS rows or FLUSH_BYTES bytes (one INSERT costs a few ms whatever its size, and a frame gives several
+    tables a few thousand rows each). Everything else is the context's own; `flush()` before reading the tables."""
+
+    FLUSH_ROWS = 250_000
+    FLUSH_BYTES = 24 << 20  # memory held per table before an insert
+
+    def __init__(self, ctx: ParseContext):
+        self._ctx = ctx
+        self._buf: dict[str, list] = {}
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    def write(self, table: str, data) -> int:
+        t = data.to_arrow() if isinstance(data, pl.DataFrame) else data
+        if t.num_rows == 0:
+            return 0
+        buf = self._buf.setdefault(table, [])
+        buf.append(t)
+        if sum(b.num_rows for b in buf) >= self.FLUSH_ROWS or sum(b.nbytes for b in buf) >= self.FLUSH_BYTES:
+            self._flush(table)
+        return t.num_rows
+
+    def _flush(self, table: str) -> None:
+        import pyarrow as pa
+        buf = self._buf.pop(table, [])
+        if buf:
+            self._ctx.write(table, pa.concat_tables(buf, promote_options="default"))
+
+    def flush(self) -> None:
+        for table in list(self._buf):
+            self._flush(table)
 
 
 class RecordSplitter:
@@ -111,22 +184,29 @@ class RecordSplitter:
 
 def trim_trailing_blanks(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
     """Blank lines at the end of a record belong to no record: (the other lines, how many blank ones were cut)."""
-    keep = (~pl.col("blank")).cast(pl.Int8).cum_max(reverse=True).over("gid") == 1
-    kept = df.filter(keep)
+    if not df["blank"].any():
+        return df, 0
+    # Records are contiguous runs of one gid: a blank line is kept when a non-blank line of its gid follows it.
+    nxt = pl.when(~pl.col("blank")).then(pl.col("gid")).backward_fill()
+    kept = df.filter(~pl.col("blank") | (nxt == pl.col("gid")).fill_null(False))
     return kept, df.height - kept.height
 
 
 def collapse(df: pl.DataFrame, text: str = "t") -> pl.DataFrame:
     """One row per record (`gid`): the first line's columns, `line_count`, `cont` (the later lines joined with a
     newline; NULL for a one-line record) and `joined` (all lines joined with nothing: a hard-wrapped paste)."""
-    df = df.with_columns(pl.len().over("gid").cast(pl.Int64).alias("line_count"))
-    single = df.filter(pl.col("line_count") == 1).with_columns(
-        pl.lit(None, pl.String).alias("cont"), pl.col(text).alias("joined"))
-    multi = df.filter(pl.col("line_count") > 1)
-    if multi.height == 0:
+    # Records are contiguous runs of one gid (no group-by over the whole frame: most records are one line).
+    g = pl.col("gid")
+    alone = (g != g.shift(1)).fill_null(True) & (g != g.shift(-1)).fill_null(True)
+    mask = df.select(alone).to_series()
+    single = df.filter(mask).with_columns(pl.lit(1, pl.Int64).alias("line_count"),
+                                          pl.lit(None, pl.String).alias("cont"), pl.col(text).alias("joined"))
+    if mask.all():
         return single
+    multi = df.filter(~mask)
     agg = multi.group_by("gid", maintain_order=True).agg(
         pl.exclude("gid").first(),
+        pl.len().cast(pl.Int64).alias("line_count"),
         pl.col(text).slice(1).str.join("\n").alias("cont"),
         pl.col(text).str.join("").alias("joined"),
     )
@@ -138,13 +218,24 @@ def record_frames(ctx: ParseContext, flag, prepare: Callable[[pl.DataFrame], pl.
     """The input frame by frame as (its physical lines, the records they form): undecodable bytes dropped with a
     reject, `prepare` applied, records split by `flag` across frame edges, trailing blank lines counted skipped."""
     splitter = RecordSplitter(flag)
-    for frame, last in line_frames(ctx):
-        lines = splitter.feed(prepare(drop_bad_utf8(ctx, frame)), last)
+    markers = folded = 0
+    for frame, last in line_frames(ctx, prepare):
+        lines = splitter.feed(frame, last)
         if lines.height == 0:
             continue
+        if "dedup" in lines.columns:
+            d = lines["dedup"].drop_nulls()
+            markers, folded = markers + d.len(), folded + int(d.sum())
         lines, blanks = trim_trailing_blanks(lines)
         ctx.counts.skipped += blanks
         yield lines, collapse(lines)
+    if markers:
+        ctx.notes.append(dedup_note(markers, folded))
+
+
+def dedup_note(markers: int, folded: int) -> str:
+    return (f"{markers} line(s) carry Ray's `[repeated Nx across cluster]` marker ({folded} repeats on other workers): "
+            "each kept once, the repeats counted, not reconstructed (Ray masks numbers when it folds lines)")
 
 
 def with_body(first: pl.Expr, cont: pl.Expr) -> pl.Expr:

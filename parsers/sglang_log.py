@@ -28,9 +28,10 @@ import polars as pl
 
 from .base import InputFile, ParseContext, Parser
 from .logtime import check_zone, full_date_ns
+from .prefixes import unwrap_text
 from .patterns import Pattern, Sample
-from .logrecords import (ANSI_RX, COMPOSE_RX, MSG_MAX, clean_text, config_rows, event_message, looks_like_traceback,
-                         note_rows, record_frames, span_of_times, with_body, write_config)
+from .logrecords import (ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
+                         note_rows, record_frames, BufferedWrites, span_of_times, with_body, write_config)
 
 VERSION = "1.0"
 NS_PER_S = 1_000_000_000
@@ -234,16 +235,19 @@ FLOAT_FIELDS = [("gen throughput (token/s)", "gen_throughput_tps"), ("input thro
 # Keys with a column (plain values only: an SWA `full=…, swa=…` value stays in `extra` whole).
 MAPPED_KEYS = [k for k, _ in INT_FIELDS + FLOAT_FIELDS] + ["token usage", "full token usage", "#token", "#full token",
                                                             "cuda graph", "npu graph", "cpu graph"]
+# A field that has no column (it goes to `extra`).
+_UNMAPPED_RX = "(?:^|, )(?:" + "|".join(_rx_escape(k) for k in sorted(set(KNOWN_KEYS) - set(MAPPED_KEYS), key=len,
+                                                                       reverse=True)) + "): "
 CONFIG_ALIASES = {"model_path": "model", "tp_size": "tensor_parallel_size", "dp_size": "data_parallel_size",
                   "pp_size": "pipeline_parallel_size", "max_running_requests": "max_num_seqs",
                   "max_total_num_tokens": "kv_cache_tokens"}
 
 # -- sniffing (Python `re` over the first 64 KB only) -------------------------------------------------------------
-_HEAD_PY = (r"^(?:" + COMPOSE_RX[1:] + r")?(?:\(\w+ pid=\d+(?:, ip=[\d.]+)?\)\s*)?(?:[^\[\n]*%\|[^\[\n]*)?"
+_HEAD_PY = (r"^" + WRAPS_RX + r"(?:[^\[\n]*%\|[^\[\n]*)?"
             r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: (?:" + RANK_TAGS + r")\d+)*\] ")
 _SNIFF_STRONG = re.compile(_HEAD_PY + r"(?:Prefill batch|Decode batch|server_args=ServerArgs\(|Finish: obj=|"
                                       r"Receive: obj=|max_total_num_tokens=)", re.M)
-_SNIFF_BARE = re.compile(r"^(?:\[gpu_id=\d+\] )?(?:(?:Prefill|Decode) batch(?: \[\d+\])?[.,(] |new fill batch\. #seq: )",
+_SNIFF_BARE = re.compile(r"^" + WRAPS_RX + r"(?:\[gpu_id=\d+\] )?(?:(?:Prefill|Decode) batch(?: \[\d+\])?[.,(] |new fill batch\. #seq: )",
                          re.M)
 _SNIFF_WEAK = re.compile(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: (?:" + RANK_TAGS + r")\d+)*\] ", re.M)
 _SNIFF_BENCH = re.compile(r"^=+ Serving Benchmark Result =+\s*$", re.M)
@@ -252,7 +256,7 @@ _SNIFF_BENCH_SGL = re.compile(r"^(?:Backend:\s+\S|Total generated tokens \(retok
 
 
 def sniff_sglang(head: bytes) -> tuple[str, float] | None:
-    text = re.sub(ANSI_RX, "", head.decode("utf-8", "replace"))
+    text = unwrap_text(head.decode("utf-8", "replace"))
     if _SNIFF_STRONG.search(text):
         return "sglang_log", 0.95
     if _SNIFF_BARE.search(text):
@@ -270,7 +274,8 @@ def sniff_sglang(head: bytes) -> tuple[str, float] | None:
 
 _TS_RX = r"(?P<ts>(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)"
 # The common head, anchored at the line start: cheap. P_HEAD (prefixes, debris) runs only where it fails.
-_FAST_HEAD = r"^\[" + _TS_RX + r"(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\](?: (?P<msg>.*))?$"
+_FAST_LEAD = r"^(?P<lead>\[" + _TS_RX + r"(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\](?: |$))"
+_HEAD_SLICE = 120
 _BATCH_START = (r"^(?:(?:\[gpu_id=\d+\] )?(?:Prefill|Decode) batch(?: \[\d+\])?[.,(]|new fill batch\. #seq: |"
                 r"#running-req: \d+, #token: )")
 _ACCESS_START = r'^INFO:\s+\S+ - "[A-Z]+ '
@@ -278,13 +283,19 @@ _ACCESS_START = r'^INFO:\s+\S+ - "[A-Z]+ '
 
 def _prepare(df: pl.DataFrame) -> pl.DataFrame:
     """Per-line columns: cleaned text, head fields, the message to classify, and the line's category."""
-    df = df.select("line_no", clean_text().alias("t"))
+    df = unwrap(df)
     t = pl.col("t")
-    fast = t.str.extract_groups(_FAST_HEAD)
-    s = pl.String
-    df = df.with_columns(fast.struct.field("ts"), fast.struct.field("ranks"), fast.struct.field("msg").alias("hmsg"),
-                         pl.lit(None, s).alias("process"), pl.lit(False).alias("debris"))
-    rare = df.filter(pl.col("ts").is_null() & t.str.contains(r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}"))
+    # The head is read off the line's first characters (a capture over the whole line costs a pass over its bytes);
+    # a head that ends the slice without a space must end the line too.
+    fast = t.str.slice(0, _HEAD_SLICE).str.extract_groups(_FAST_LEAD)
+    df = df.with_columns(fast.alias("_f")).with_columns(pl.col("_f").struct.field("lead").str.len_chars().alias("_n"))
+    f = pl.col("_f").struct.field
+    whole = f("lead").str.ends_with(" ") | (pl.col("_n") == t.str.len_chars())
+    df = df.with_columns(pl.when(whole).then(f("ts")).alias("ts"), pl.when(whole).then(f("ranks")).alias("ranks"),
+                         pl.when(whole).then(t.str.slice(pl.col("_n"))).alias("hmsg"),
+                         wrap_names(df["wrap"]), pl.lit(False).alias("debris")).drop("_f", "_n")
+    rare = df.filter(pl.col("ts").is_null())
+    rare = rare.filter(t.str.contains(r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}"))
     if rare.height:
         h = t.str.extract_groups(P_HEAD.regex)
         f = h.struct.field
@@ -300,7 +311,7 @@ def _prepare(df: pl.DataFrame) -> pl.DataFrame:
     is_head = pl.col("ts").is_not_null()
     df = df.with_columns(
         pl.when(is_head).then(pl.col("hmsg").fill_null("")).otherwise(t).alias("msg1"),
-        (t.str.strip_chars() == "").alias("blank"),
+        t.str.contains(r"^\s*$").alias("blank"),
     ).drop("hmsg")
     m = pl.col("msg1")
     cat = (pl.when(m.str.contains(_BATCH_START)).then(pl.lit("batch"))
@@ -346,10 +357,14 @@ def _times(recs: pl.DataFrame, st: _State) -> pl.DataFrame:
     full = ts.str.len_chars() >= 19
     parts = ts.str.extract_groups(r"^(?P<Y>\d{4})-(?P<M>\d{2})-(?P<D>\d{2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
                                   r"(?:\.(?P<ms>\d{3}))?$")
-    recs = recs.with_columns(*[parts.struct.field(k).cast(pl.Int64).alias(f"_{k}")
-                               for k in ("Y", "M", "D", "h", "mi", "s", "ms")])
-    absolute = full_date_ns(recs, "_Y", "_M", "_D", "_h", "_mi", "_s", "_ms", st.tz)
-    recs = recs.with_columns(absolute.alias("_abs"), pl.when(ts.is_not_null() & ~full).then(_tod_ns(ts)).alias("_tod"))
+    # Computed once per distinct timestamp (1 s resolution: many lines share one).
+    u = recs.select(ts.drop_nulls().unique())
+    u = u.with_columns(*[parts.struct.field(k).cast(pl.Int64, strict=False).alias(f"_{k}")
+                         for k in ("Y", "M", "D", "h", "mi", "s", "ms")])
+    u = u.with_columns(full_date_ns(u, "_Y", "_M", "_D", "_h", "_mi", "_s", "_ms", st.tz).alias("_abs"),
+                       pl.when(~full).then(_tod_ns(ts)).alias("_tod"))
+    recs = recs.with_columns(*[ts.replace_strict(u["ts"], u[k], default=None, return_dtype=pl.Int64).alias(k)
+                               for k in ("_abs", "_tod")])
     st.abs_rows += int(recs["_abs"].is_not_null().sum())
     st.ms = st.ms or bool(recs["ts"].str.contains(r"\.\d{3}$").any())
     tod = recs.filter(pl.col("_tod").is_not_null()).select("gid", "_tod")
@@ -376,17 +391,26 @@ def _times(recs: pl.DataFrame, st: _State) -> pl.DataFrame:
     got = recs["ts_ff"].drop_nulls()
     if got.len():
         st.last_ts = int(got[-1])
-    return recs.drop("_Y", "_M", "_D", "_h", "_mi", "_s", "_ms", "_abs", "_tod", "_rel")
+    return recs.drop("_abs", "_tod", "_rel")
 
 
 # Keys that end another key ("token usage" ends "full token usage") need the separator before them in a search.
 _SUFFIX_KEYS = {k for k in KNOWN_KEYS if any(o != k and o.endswith(k) for o in KNOWN_KEYS)}
 
 
-def _field(kv: pl.Expr, key: str, value_rx: str = PLAIN_VALUE_RX) -> pl.Expr:
-    """The value of one field of a batch line that already passed P_KV_GRAMMAR (so values are well delimited)."""
+_KEY_TOKEN = r"[#A-Za-z][^:,]*: "  # a field's key and its `: ` (values hold neither `:` nor a leading letter/#)
+
+
+def _search_field(kv: pl.Expr, key: str, value_rx: str = PLAIN_VALUE_RX) -> pl.Expr:
+    """The value of one field of a batch line that already passed P_KV_GRAMMAR (so values are well delimited): the
+    slower path, for SWA values and the 0.1 layout (the rest read values by layout index)."""
     lead = "(?:^|, )" if key in _SUFFIX_KEYS else ""
     return kv.str.extract(rf"{lead}{_rx_escape(key)}: ({value_rx})(?:, |$)", 1)
+
+
+# The label of a batch line (P_BATCH without its fields), matched on the line's first characters.
+_BATCH_LEAD = (r"^(?P<lead>(?:\[gpu_id=(?P<gpu>\d+)\] )?(?P<label>Prefill batch|Decode batch)(?: \[(?P<iter>\d+)\])?"
+               r"(?:\(mixed #running-req: (?P<mixed>\d+)\))?[.,] )")
 
 
 def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _State) -> int:
@@ -395,37 +419,54 @@ def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _St
     if b.height == 0:
         return 0
     m = pl.col("msg1")
-    g = m.str.extract_groups(P_BATCH.regex)
+    # The label is read off the line's first characters only; the fields are the rest (a capture over the whole
+    # line costs a pass over all its bytes).
+    b = b.with_columns(m.str.slice(0, 96).str.extract_groups(_BATCH_LEAD).alias("_g")).with_columns(
+        m.str.slice(pl.col("_g").struct.field("lead").str.len_chars()).alias("_kv"))
+    g = pl.struct(*[pl.col("_g").struct.field(k) for k in ("gpu", "label", "iter", "mixed")], pl.col("_kv").alias("kv"))
     # The 0.1.x prefill layout is rare: run its regex only when such a line is there.
     old = (m.str.extract_groups(P_OLD_PREFILL.regex) if b["msg1"].str.starts_with("new fill batch").any()
            else pl.lit(None, pl.Struct({k: pl.String for k in ("seq", "cached", "new", "queue", "running", "hit")})))
+    # A trailing separator after the last field (`, `; `,` where a collector stripped the line's end, as Ray's
+    # log monitor does for an SGLang actor) is the same as `, `.
+    raw_kv = pl.when(g.struct.field("label").is_not_null()).then(g.struct.field("kv")).when(
+        m.str.starts_with("#running-req: ")).then(m).str.strip_chars_end(" \t")
     b = b.with_columns(
-        pl.when(g.struct.field("label").is_not_null()).then(g.struct.field("kv"))
-        .when(m.str.starts_with("#running-req: ")).then(m).alias("kv"),
+        pl.when(raw_kv.str.ends_with(",")).then(raw_kv + " ").otherwise(raw_kv).alias("kv"),
         pl.when(g.struct.field("mixed").is_not_null()).then(pl.lit("mixed"))
         .when(g.struct.field("label") == "Prefill batch").then(pl.lit("prefill"))
         .when(g.struct.field("label") == "Decode batch").then(pl.lit("decode"))
         .when(old.struct.field("seq").is_not_null()).then(pl.lit("prefill"))
         .when(m.str.starts_with("#running-req: ")).then(pl.lit("decode")).alias("kind"),
         g.struct.field("label").fill_null("batch").alias("label"),
-        g.struct.field("iter").cast(pl.Int64).alias("forward_iter"),
-        g.struct.field("mixed").cast(pl.Int32).alias("mixed"),
+        g.struct.field("iter").cast(pl.Int64, strict=False).alias("forward_iter"),
+        g.struct.field("mixed").cast(pl.Int32, strict=False).alias("mixed"),
         g.struct.field("gpu").alias("gpu"),
         old.alias("old"),
     )
     kv = pl.col("kv")
     is_old = pl.col("old").struct.field("seq").is_not_null()
-    last = kv.str.strip_suffix(", ").str.extract_groups(P_LAST_FIELD.regex)
-    last_val_ok = ~last.struct.field("value").str.contains(r"\.") | last.struct.field("value").str.contains(
-        r"^\d+\.\d{2}%?$")
-    complete = kv.str.ends_with(", ") | (last.struct.field("key").is_in(TERMINAL_KEYS) & last_val_ok)
+    # Two passes read every field: the keys in order (their joined list is the line's layout, `_sig`; a log has a
+    # handful) and the value tokens in order. In a line that passes the grammar (and has no SWA `full=…, swa=…`
+    # value) the i-th value belongs to the i-th key, so each field is one list lookup at its layout's index.
+    b = b.with_columns(kv.str.extract_all(_KEY_TOKEN).list.join("|").alias("_sig"),
+                       kv.str.extract_all(PLAIN_VALUE_RX).alias("_vals"))
+    lay = _layouts(b["_sig"])
+    b = b.with_columns(pl.col("_sig").replace_strict(lay["sig"], list(range(len(lay["sig"]))), default=None,
+                                                     return_dtype=pl.Int64).alias("_sid"))
+    sig = pl.col("_sid")
+    ids = list(range(len(lay["sig"])))
+    last_key = sig.replace_strict(ids, lay["last_key"], default=None, return_dtype=pl.String)
+    last_val = pl.col("_vals").list.last()
+    last_val_ok = ~last_val.str.contains(".", literal=True) | last_val.str.contains(r"^\d+\.\d{2}%?$")
+    complete = kv.str.ends_with(", ") | (last_key.is_in(TERMINAL_KEYS) & last_val_ok)
     need = pl.when(pl.col("kind") == "decode").then(pl.lit("#running-req")).otherwise(pl.lit("#new-token"))
-    has_need = pl.when(pl.col("kind") == "decode").then(kv.str.contains(r"(?:^|, )#running-req: ")).otherwise(
-        kv.str.contains(r"(?:^|, )#new-token: "))
+    has = lambda k: sig.replace_strict(ids, lay[k], default=False, return_dtype=pl.Boolean)  # noqa: E731
+    has_need = pl.when(pl.col("kind") == "decode").then(has("has_running")).otherwise(has("has_new_token"))
     b = b.with_columns(
         kv.str.contains(P_KV_GRAMMAR.regex).alias("grammar"),
-        complete.alias("complete"), last.struct.field("key").alias("last_key"),
-        has_need.alias("has_need"), need.alias("need"),
+        complete.alias("complete"), last_key.alias("last_key"),
+        has_need.alias("has_need"), need.alias("need"), has("has_unmapped").alias("_unmapped"),
     )
     # Which field is unknown: only for the (few) lines that fail the grammar.
     odd = b.filter(~pl.col("grammar").fill_null(True)).select(
@@ -446,58 +487,115 @@ def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _St
                   pl.lit("'; not read")]))
               .when(~pl.col("has_need") & pl.col("mixed").is_null()).then(pl.concat_str([
                   pl.col("label"), pl.lit(" line without "), pl.col("need"), pl.lit("; not read")])))
-    b = b.with_columns(reason.alias("reason"))
-    bad = b.filter(pl.col("reason").is_not_null())
+    ok = (is_old | (kv.is_not_null() & pl.col("unknown").is_null() & pl.col("grammar") & pl.col("complete")
+                    & (pl.col("has_need") | pl.col("mixed").is_not_null()))).fill_null(False)
+    b = b.with_columns(ok.alias("_ok"))
+    bad = b.filter(~pl.col("_ok")).with_columns(reason.alias("reason"))
     if bad.height:
         reasons = bad.select("gid", "reason")
         rej = lines.join(reasons, on="gid", how="inner")
         ctx.write_rejects(rej.select("line_no", "reason", pl.col("t").alias("raw")).to_arrow())
         st.rejected_batches += bad.height
-    good = b.filter(pl.col("reason").is_null())
+    good = b.filter(pl.col("_ok"))
     if good.height == 0:
         return 0
+    # SWA values and old layouts take the slower per-field searches; the rest the list lookups.
+    swa = good["kv"].str.contains("=", literal=True).fill_null(False) | good.select(is_old).to_series().fill_null(False)
+    parts = [p for p in (_batch_rows(good.filter(~swa), lay, True), _batch_rows(good.filter(swa), lay, False))
+             if p is not None]
+    out = pl.concat(parts).sort("line_no") if len(parts) > 1 else parts[0]
+    ctx.write("engine_batches", out)
     st.debris_lines += int(good["debris"].sum())
+    return int(good["line_count"].sum())
+
+
+def _rank_table(ranks: pl.Series) -> dict:
+    """Per distinct rank-tag string: TP/DP/EP/PP ranks and the other tags (ATTN_CP, MOE_DP) as text."""
+    u = pl.DataFrame({"ranks": ranks.fill_null("").unique()})
+    r = pl.col("ranks")
+    t = u.with_columns(*[r.str.extract(rf"(?:^| ){tag}(\d+)(?: |$)", 1).cast(pl.Int32, strict=False).alias(col)
+                         for tag, col in (("TP", "tp_rank"), ("DP", "dp_rank"), ("EP", "ep_rank"), ("PP", "pp_rank"))],
+                       r.str.extract_all(r"(?:ATTN_CP|MOE_DP)\d+").list.join(" ").alias("extra"))
+    return {k: t[k].to_list() for k in t.columns}
+
+
+def _layouts(sigs: pl.Series) -> dict:
+    """Per distinct layout (keys joined by `|`): its last key, whether it has the fields a batch kind needs or a
+    field without a column, and the index of every mapped key."""
+    u = sigs.drop_nulls().unique().to_list()
+    keys = [[k[:-2] for k in x.split("|")] if x else [] for x in u]
+    out = {"sig": u, "last_key": [k[-1] if k else None for k in keys],
+           "has_running": ["#running-req" in k for k in keys], "has_new_token": ["#new-token" in k for k in keys],
+           "has_unmapped": [any(x not in MAPPED_KEYS for x in k) for k in keys]}
+    for m in MAPPED_KEYS:
+        out["i:" + m] = [k.index(m) if m in k else None for k in keys]
+    return out
+
+
+def _batch_rows(good: pl.DataFrame, lay: dict, aligned: bool) -> pl.DataFrame | None:
+    """engine_batches rows of validated batch records; `aligned`: values are read by layout index (else by key)."""
+    if good.height == 0:
+        return None
+    kv = pl.col("kv")
+
+    def _field(kv_: pl.Expr, key: str, value_rx: str = PLAIN_VALUE_RX) -> pl.Expr:
+        if aligned and value_rx == PLAIN_VALUE_RX:
+            i = pl.Series(lay["i:" + key], dtype=pl.Int64).gather(good["_sid"])
+            return pl.col("_vals").list.get(pl.lit(i), null_on_oob=True)
+        if aligned:
+            return pl.lit(None, pl.String)
+        return _search_field(kv_, key, value_rx)
+
     ranks = pl.col("ranks").fill_null("")
     i32, f64 = pl.Int32, pl.Float64
     o = pl.col("old")
 
     def num(key: str, old_field: str | None = None) -> pl.Expr:
         e = _field(kv, key)
-        return (pl.coalesce(e, o.struct.field(old_field)) if old_field else e).cast(i32)
+        return (pl.coalesce(e, o.struct.field(old_field)) if old_field else e).cast(i32, strict=False)
 
-    floats = {c: _field(kv, k).str.strip_suffix("%").cast(f64) for k, c in FLOAT_FIELDS}
-    floats["cache_hit_rate_pct"] = pl.coalesce(floats["cache_hit_rate_pct"], o.struct.field("hit").cast(f64))
+    floats = {c: _field(kv, k).str.strip_suffix("%").cast(f64, strict=False) for k, c in FLOAT_FIELDS}
+    floats["cache_hit_rate_pct"] = pl.coalesce(floats["cache_hit_rate_pct"], o.struct.field("hit").cast(f64, strict=False))
     usage = pl.coalesce(_field(kv, "full token usage"), _field(kv, "token usage"),
-                        _field(kv, "token usage", VALUE_RX).str.extract(r"^full=([0-9.]+)", 1)).cast(f64)
+                        _field(kv, "token usage", VALUE_RX).str.extract(r"^full=([0-9.]+)", 1)).cast(f64, strict=False)
     kv_tokens = pl.coalesce(_field(kv, "#full token"), _field(kv, "#token"),
-                            _field(kv, "#token", VALUE_RX).str.extract(r"^full=(\d+)", 1)).cast(i32)
+                            _field(kv, "#token", VALUE_RX).str.extract(r"^full=(\d+)", 1)).cast(i32, strict=False)
     graph = pl.coalesce(_field(kv, "cuda graph"), _field(kv, "npu graph"), _field(kv, "cpu graph"))
     # Fields without a column stay in `extra`; splitting on ", " leaves an SWA value's `swa=…` half as its own
     # element, which is kept, so `#token: full=…, swa=…` survives whole.
     el = pl.element()
     mapped = el.str.extract(r"^([^:]+): ", 1).is_in(MAPPED_KEYS) & el.str.contains(rf": (?:{PLAIN_VALUE_RX})$")
-    rest = kv.str.strip_suffix(", ").str.split(", ").list.eval(el.filter(~mapped)).list.join(", ")
-    extra_ranks = ranks.str.extract_all(r"(?:ATTN_CP|MOE_DP)\d+").list.join(" ")
+    # Only lines with such a field (few) are split.
+    odd_fields = pl.col("_unmapped") | kv.str.contains("=", literal=True)
+    good = good.with_columns(odd_fields.alias("_odd"))
+    sub = good.filter(pl.col("_odd")).select(
+        "gid", kv.str.strip_suffix(", ").str.split(", ").list.eval(el.filter(~mapped)).list.join(", ").alias("_rest"))
+    good = good.join(sub, on="gid", how="left", maintain_order="left") if sub.height else good.with_columns(
+        pl.lit(None, pl.String).alias("_rest"))
+    rest = pl.col("_rest").fill_null("")
+    # Rank tags per distinct tag string (a log has a handful).
+    rk = _rank_table(good["ranks"])
+    extra_ranks = pl.col("ranks").fill_null("").replace_strict(rk["ranks"], rk["extra"], default=None,
+                                                               return_dtype=pl.String).fill_null("")
     extra = pl.concat_str([
         pl.when(extra_ranks != "").then(extra_ranks),
         pl.when(pl.col("gpu").is_not_null()).then(pl.lit("gpu_id=") + pl.col("gpu")),
         pl.when(rest != "").then(rest)], separator=", ", ignore_nulls=True)
     out = good.select(
         "line_no", pl.col("ts_ff").alias("ts_ns"), "kind",
-        *[ranks.str.extract(rf"\b{tag}(\d+)", 1).cast(i32).alias(col)
-          for tag, col in (("TP", "tp_rank"), ("DP", "dp_rank"), ("EP", "ep_rank"), ("PP", "pp_rank"))],
+        *[pl.col("ranks").fill_null("").replace_strict(rk["ranks"], rk[col], default=None, return_dtype=i32).alias(col)
+          for col in ("tp_rank", "dp_rank", "ep_rank", "pp_rank")],
         num("#new-seq", "seq").alias("new_seqs"), num("#new-token", "new").alias("new_tokens"),
         num("#cached-token", "cached").alias("cached_tokens"),
         pl.coalesce(_field(kv, "#running-req"), pl.col("mixed").cast(pl.String), o.struct.field("running"))
-        .cast(i32).alias("running_reqs"),
+        .cast(i32, strict=False).alias("running_reqs"),
         num("#queue-req", "queue").alias("queued_reqs"), num("#pending-token").alias("pending_tokens"),
         usage.alias("token_usage"), kv_tokens.alias("kv_tokens"),
         *[e.alias(c) for c, e in floats.items()],
         pl.when(graph.is_not_null()).then(graph == "True").alias("cuda_graph"),
         "forward_iter", "process", pl.when(extra != "").then(extra).alias("extra"),
     )
-    ctx.write("engine_batches", out)
-    return int(good["line_count"].sum())
+    return out
 
 
 def _process() -> pl.Expr:
@@ -516,7 +614,7 @@ def _access(ctx: ParseContext, recs: pl.DataFrame) -> int:
         _process().alias("process"),
         pl.lit("access").alias("kind"), pl.col("msg1").str.slice(0, MSG_MAX).alias("message"),
         g.struct.field("method").alias("http_method"), g.struct.field("path").alias("http_path"),
-        g.struct.field("status").cast(pl.Int32).alias("http_status"), pl.lit("uvicorn.access").alias("target")))
+        g.struct.field("status").cast(pl.Int32, strict=False).alias("http_status"), pl.lit("uvicorn.access").alias("target")))
     return int(a["line_count"].sum())
 
 
@@ -530,7 +628,7 @@ def _finish(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> pl.DataFrame:
     b = pl.col("body")
     vals = {name: b.str.extract(p.regex, 1) for name, p in FINISH_FIELDS}
     rid = pl.coalesce(b.str.extract(P_FINISH.regex, 1), b.str.extract(r"\brid='([^']*)'", 1))
-    e2e = (vals["e2e_latency_s"].cast(pl.Float64) * NS_PER_S).round(0).cast(pl.Int64)
+    e2e = (vals["e2e_latency_s"].cast(pl.Float64, strict=False) * NS_PER_S).round(0).cast(pl.Int64, strict=False)
     reason = vals["finish_reason"]
     out = f.select(
         "line_no", rid.alias("request_id"), (pl.int_range(pl.len()) + st.req_index).cast(pl.Int32).alias("request_index"),
@@ -538,9 +636,9 @@ def _finish(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> pl.DataFrame:
         pl.col("ts_ns").alias("finish_ns"),
         # The head has 1 s resolution: arrival = finish - e2e_latency inherits that coarseness.
         pl.when(pl.col("ts_ns") >= REL_BOUND).then(pl.col("ts_ns") - e2e).alias("arrival_ns"),
-        vals["prompt_tokens"].cast(pl.Int32).alias("prompt_tokens"),
-        vals["output_tokens"].cast(pl.Int32).alias("output_tokens"),
-        vals["cached_tokens"].cast(pl.Int32).alias("cached_tokens"),
+        vals["prompt_tokens"].cast(pl.Int32, strict=False).alias("prompt_tokens"),
+        vals["output_tokens"].cast(pl.Int32, strict=False).alias("output_tokens"),
+        vals["cached_tokens"].cast(pl.Int32, strict=False).alias("cached_tokens"),
         e2e.alias("e2e_latency_ns"),
         pl.when(reason == "abort").then(pl.lit("aborted")).otherwise(pl.lit("ok")).alias("status"),
         reason.alias("finish_reason"),
@@ -653,15 +751,17 @@ class SglangLogParser(Parser):
 
     def parse(self, ctx: ParseContext, fmt: str) -> None:
         st = _State(check_zone(ctx.options.tz))
+        out = BufferedWrites(ctx)
         for lines, recs in record_frames(ctx, _flag, _prepare):
             recs = _times(recs, st)
             tq = recs.filter(pl.col("cat") == "tqdm")
             ctx.counts.skipped += int(tq["line_count"].sum()) if tq.height else 0
-            ctx.counts.parsed += _batches(ctx, lines, recs, st)
-            ctx.counts.parsed += _access(ctx, recs)
-            rest = _finish(ctx, recs, st)
-            rest = _config(ctx, rest, st)
-            ctx.counts.parsed += _events(ctx, rest)
+            ctx.counts.parsed += _batches(out, lines, recs, st)
+            ctx.counts.parsed += _access(out, recs)
+            rest = _finish(out, recs, st)
+            rest = _config(out, rest, st)
+            ctx.counts.parsed += _events(out, rest)
+        out.flush()
         write_config(ctx, st.config, CONFIG_ALIASES, "sglang")
         if st.rel_first is not None:
             ctx.set_clock("log_wallclock", _anchor_time_only(ctx, st))

@@ -22,9 +22,10 @@ import re
 import polars as pl
 
 from .base import InputFile, ParseContext, Parser
-from .logrecords import (ANSI_RX, COMPOSE_RX, MSG_MAX, clean_text, config_rows, event_message, looks_like_traceback,
-                         note_rows, record_frames, reject_records, span_of_times, with_body, write_config)
+from .logrecords import (ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
+                         note_rows, record_frames, BufferedWrites, reject_records, span_of_times, with_body, write_config)
 from .patterns import Pattern, Sample
+from .prefixes import unwrap_text
 
 VERSION = "1.0"
 NS_PER_S = 1_000_000_000
@@ -229,17 +230,17 @@ PATTERNS = [P_HEAD, P_UNTIMED, P_REST, P_DURATION, P_SEED, P_PARAMS, P_MAXNEW, P
 
 # -- sniffing (Python `re` over the first 64 KB only) -------------------------------------------------------------
 _SNIFF_ANSI = re.compile(ANSI_RX)
-_SNIFF_TIMED = re.compile(rf"^(?:{COMPOSE_RX[1:]})?{TS_RX}\s+(?:{LEVELS})\s+(?:.*?: )?text_generation_[a-z0-9_]+"
+_SNIFF_TIMED = re.compile(rf"^{WRAPS_RX}{TS_RX}\s+(?:{LEVELS})\s+(?:.*?: )?text_generation_[a-z0-9_]+"
                           r"(?:::[a-z0-9_]+)*: ", re.M)
-_SNIFF_JSON = re.compile(r'^(?:' + COMPOSE_RX[1:] + r')?\{"timestamp":"\d{4}-\d{2}-\d{2}T[^"]*","level":"[A-Z]+"', re.M)
+_SNIFF_JSON = re.compile(r'^' + WRAPS_RX + r'\{"timestamp":"\d{4}-\d{2}-\d{2}T[^"]*","level":"[A-Z]+"', re.M)
 # A launcher `Args` record cut before its `target` (a truncated paste): the Args layout alone is TGI's.
 _SNIFF_JSON_ARGS = re.compile(r'"fields":\{"message":"Args \{ model_id: \\"')
-_SNIFF_UNTIMED = re.compile(rf"^(?:{LEVELS}) (?:[a-z_]+\{{parameters=GenerateParameters \{{|(?:.*?: )?"
+_SNIFF_UNTIMED = re.compile(rf"^{WRAPS_RX}(?:{LEVELS}) (?:[a-z_]+\{{parameters=GenerateParameters \{{|(?:.*?: )?"
                             r"text_generation_[a-z0-9_]+(?:::[a-z0-9_]+)*: )", re.M)
 
 
 def sniff_tgi(head: bytes) -> tuple[str, float] | None:
-    text = _SNIFF_ANSI.sub("", head.decode("utf-8", "replace"))
+    text = unwrap_text(head.decode("utf-8", "replace"))
     if _SNIFF_TIMED.search(text):
         return "tgi_log", 0.95
     if _SNIFF_JSON.search(text) and ('"target":"text_generation_' in text
@@ -256,27 +257,71 @@ def sniff_tgi(head: bytes) -> tuple[str, float] | None:
 
 def _prepare(df: pl.DataFrame) -> pl.DataFrame:
     """Per-line columns: cleaned text, blank flag, head fields (timed or pasted), JSON start and self-contained JSON."""
-    df = df.select("line_no", clean_text().alias("t"))
+    df = unwrap(df)
     t = pl.col("t")
-    head = t.str.extract_groups(P_HEAD.regex)
-    uhead = t.str.extract_groups(P_UNTIMED.regex)
-    is_json = t.str.starts_with('{"')
-    df = df.with_columns(
-        (t.str.strip_chars() == "").alias("blank"),
-        head.struct.field("ts").alias("ts"),
-        pl.coalesce(head.struct.field("level"), uhead.struct.field("level")).alias("level"),
-        pl.coalesce(head.struct.field("rest"), uhead.struct.field("rest")).alias("rest"),
-        is_json.alias("is_json"),
-    )
+    # Heads are read off the line's first characters and the rest cut at that offset (a capture over the whole line
+    # costs a pass over its bytes); pasted heads without a timestamp are tried only on lines starting with a level.
+    head = t.str.slice(0, 64).str.extract_groups(_HEAD_LEAD)
+    df = df.with_columns(head.alias("_h"), t.str.contains(r"^\s*$").alias("blank"),
+                         t.str.starts_with('{"').alias("is_json"))
+    h = pl.col("_h").struct.field
+    df = df.with_columns(h("ts").alias("ts"), h("level").alias("level"),
+                         pl.when(h("lead").is_not_null()).then(t.str.slice(h("lead").str.len_chars())).alias("rest"))
+    df = df.drop("_h")
+    un = df.filter(pl.col("level").is_null() & t.str.contains(_UNTIMED_START))
+    if un.height:
+        # P_UNTIMED, read off the start: the level word, then a rest that starts like a span or a target.
+        lv = t.str.extract(_UNTIMED_START.replace("(?:", "(", 1), 1)
+        rest = t.str.slice(lv.str.len_chars() + 1)
+        ok = rest.str.slice(0, 80).str.contains(r"^(?:[a-z_][a-z0-9_-]*[{:]|text_generation_)")
+        u = un.select("line_no", pl.when(ok).then(lv).alias("level"), pl.when(ok).then(rest).alias("rest"))
+        df = df.update(u.filter(pl.col("level").is_not_null()), on="line_no")
     # Whether a JSON line is a whole record on its own; parsed only where JSON lines exist (text logs skip it).
     json_ok = (pl.col("is_json") & t.str.json_path_match("$.timestamp").is_not_null()) if df["is_json"].any() \
         else pl.lit(False)
     df = df.with_columns(json_ok.alias("json_ok"))
-    rest = pl.col("rest").str.extract_groups(P_REST.regex)
-    return df.with_columns(
-        rest.struct.field("spans").alias("spans"), rest.struct.field("target").alias("target"),
-        rest.struct.field("msg").alias("msg1"),
-    )
+    return df.with_columns(_split_rest(df))
+
+
+_HEAD_LEAD = rf"^(?P<lead>(?P<ts>{TS_RX})\s+(?P<level>{LEVELS})\s+)"
+_UNTIMED_START = rf"^(?:{LEVELS}) "
+_TARGET_LEAD = (r"^(?P<tlead>(?P<target>text_generation_[a-z0-9_]+(?:::[a-z0-9_]+)*): "
+                r"(?:(?P<file>[A-Za-z0-9_./-]+\.rs):(?P<line>\d+): )?)")
+
+
+def _split_rest(df: pl.DataFrame) -> list[pl.Series]:
+    """spans, target, msg1 of every head (P_REST's fields): the span chain ends at the first `: text_generation_`
+    (a literal search), the target and file:line are read from a short window after it; rows where that does not
+    give a target, or where a later `: text_generation_` could be the real one, go through P_REST itself."""
+    r = pl.col("rest")
+    i = r.str.find(": text_generation_", literal=True)
+    at0 = r.str.starts_with("text_generation_")
+    # `find` gives a byte offset: cut as bytes (at an ASCII `: `, so both halves stay valid UTF-8).
+    rb = r.cast(pl.Binary)
+    after = pl.when(at0).then(r).otherwise(rb.bin.slice(i + 2).cast(pl.String))
+    g = df.select(r, r.is_not_null().alias("_has"), at0.alias("_at0"), i.alias("_i"),
+                  after.alias("_after")).with_columns(
+        pl.col("_after").str.slice(0, 200).str.extract_groups(_TARGET_LEAD).alias("_g"))
+    tl = pl.col("_g").struct.field("tlead")
+    g = g.with_columns(
+        pl.when(pl.col("_at0")).then(None).otherwise(pl.col("_i")).alias("_spans_end"),
+        pl.col("_after").str.slice(tl.str.len_chars()).alias("msg1"),
+        pl.col("_g").struct.field("target").alias("target"))
+    # The fast reading is P_REST's unless the first `: text_generation_` gives no target, or a line starting with a
+    # target also holds one later (P_REST then takes the later one as the end of a span chain).
+    # (Without any `: text_generation_` after the start P_REST cannot match at all.)
+    odd = pl.col("_has") & pl.col("_i").is_not_null() & (pl.col("target").is_null() | pl.col("_at0"))
+    g = g.with_columns(odd.alias("_odd"))
+    g = g.with_columns(pl.when(pl.col("target").is_not_null() & pl.col("_spans_end").is_not_null()).then(
+        rb.bin.slice(0, pl.col("_spans_end")).cast(pl.String)).alias("spans"))
+    spans_s, target_s, msg_s = g["spans"], g["target"], g["msg1"]
+    if g["_odd"].any():
+        idx = g["_odd"].arg_true()
+        slow = df.select(r).gather(idx).select(r.str.extract_groups(P_REST.regex).alias("x")).unnest("x")
+        spans_s = spans_s.scatter(idx, slow["spans"])
+        target_s = target_s.scatter(idx, slow["target"])
+        msg_s = msg_s.scatter(idx, slow["msg"])
+    return [spans_s.alias("spans"), target_s.alias("target"), msg_s.alias("msg1")]
 
 
 def _flag(df: pl.DataFrame) -> pl.DataFrame:
@@ -293,11 +338,35 @@ def _ts_ns(ts: pl.Expr) -> pl.Expr:
             .dt.replace_time_zone("UTC").dt.epoch("ns"))
 
 
+_GEN_PARAMS = "parameters=GenerateParameters {"
+
+
+def _params(req: pl.DataFrame) -> pl.Series:
+    """The request's `parameters` (P_PARAMS): an unquoted `GenerateParameters { … }` followed by the next span field
+    is cut out by literal search (as bytes: `find` gives byte offsets, the cut is at ASCII); the other rows (quoted
+    values of v3.2+ chat spans and JSON, cut lines) go through P_PARAMS."""
+    f = pl.col("fields")
+    fb = f.cast(pl.Binary)
+    a = f.str.find(_GEN_PARAMS, literal=True)
+    z = f.str.find("} total_time=", literal=True)
+    fast = pl.when(a.is_not_null() & (z > a)).then(fb.bin.slice(a + 11, z - a - 10).cast(pl.String))
+    out = req.select(fast.alias("params"))["params"]
+    slow = (out.is_null() & req["fields"].str.contains("parameters", literal=True)).fill_null(False)
+    if slow.any():
+        idx = slow.arg_true()
+        pm = req.select(f).gather(idx).select(f.str.extract_groups(P_PARAMS.regex).alias("m"))["m"]
+        # A quoted value (v3.2+ chat spans, JSON) is an escaped string: undo `\\x` escapes in one pass.
+        got = pl.select(pl.coalesce(pl.lit(pm).struct.field("p"),
+                                    pl.lit(pm).struct.field("q").str.replace_all(r"\\(.)", "$1"))).to_series()
+        out = out.scatter(idx, got)
+    return out.alias("params")
+
+
 def _duration_ns(fields: pl.Expr, key: str) -> pl.Expr:
     m = fields.str.extract_groups(
         rf"\b{key}(?:=|\":)\"(?P<num>\d+(?:\.\d+)?)(?P<unit>ns|µs|μs|us|ms|s)\"")
     mult = m.struct.field("unit").replace_strict(UNIT_NS, default=None, return_dtype=pl.Float64)
-    return (m.struct.field("num").cast(pl.Float64) * mult).round(0).cast(pl.Int64)
+    return (m.struct.field("num").cast(pl.Float64, strict=False) * mult).round(0).cast(pl.Int64, strict=False)
 
 
 class _State:
@@ -316,7 +385,7 @@ def _normalise(rec: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     jrec = rec.filter(is_json)
     ok = j.str.json_path_match("$.timestamp").is_not_null()
     bad_json = jrec.filter(~ok)
-    common = [pl.col("gid"), pl.col("line_no"), pl.col("line_count")]
+    common = [pl.col("gid"), pl.col("line_no"), pl.col("line_count"), pl.col("wrap")]
 
     # A head whose target is missing was cut inside its span fields: the rest of the line is that span chain.
     spans = pl.coalesce(pl.col("spans"), pl.when(pl.col("target").is_null() & pl.col("rest").str.contains(r"^[a-z_]+\{"))
@@ -408,14 +477,12 @@ def _emit(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> None:
     req = recs.filter(pl.col("is_success") | pl.col("is_cut") | pl.col("is_req_error"))
     if req.height:
         durs = {k: _duration_ns(fields, k).alias(k) for k in DURATION_KEYS}
-        pm = fields.str.extract_groups(P_PARAMS.regex)
-        # A quoted value (v3.2+ chat spans, JSON) is an escaped string: undo `\\x` escapes in one pass.
-        params = pl.coalesce(pm.struct.field("p"), pm.struct.field("q").str.replace_all(r"\\(.)", "$1"))
-        req = req.with_columns(*durs.values(), params.alias("params"),
+        req = req.with_columns(_params(req))
+        req = req.with_columns(*durs.values(),
                                fields.str.extract(P_SEED.regex, 1).cast(pl.UInt64, strict=False).alias("seed"),
                                fields.str.extract(P_TRACE_ID.regex, 1).alias("trace_id"))
         total, inf, tpt = pl.col("total_time"), pl.col("inference_time"), pl.col("time_per_token")
-        n_out = (inf.cast(pl.Float64) / tpt.cast(pl.Float64)).round(0).cast(pl.Int64)
+        n_out = (inf.cast(pl.Float64, strict=False) / tpt.cast(pl.Float64, strict=False)).round(0).cast(pl.Int64, strict=False)
         # time_per_token is inference_time / generated_tokens truncated to whole ns (Rust Duration / u32): keep the
         # count only when it reproduces the printed quotient.
         n_ok = (n_out >= 1) & ((inf // n_out.clip(lower_bound=1) - tpt).abs() <= 1)
@@ -428,7 +495,7 @@ def _emit(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> None:
             rid.alias("server_request_id"), pl.lit("tgi").alias("engine"), pl.lit("server").alias("kind"),
             arrival.alias("arrival_ns"), finish.alias("finish_ns"),
             (arrival + pl.col("validation_time") + pl.col("queue_time")).alias("scheduled_ns"),
-            pl.when(n_ok).then(n_out).cast(pl.Int32).alias("output_tokens"),
+            pl.when(n_ok).then(n_out).cast(pl.Int32, strict=False).alias("output_tokens"),
             pl.col("params").str.extract(P_MAXNEW.regex, 1).cast(pl.Int32, strict=False).alias("max_tokens"),
             total.alias("e2e_latency_ns"), pl.col("queue_time").alias("queue_ns"),
             pl.col("validation_time").alias("validation_ns"), inf.alias("inference_ns"),
@@ -491,8 +558,10 @@ def _emit(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> None:
         level = pl.when(lvl == "WARN").then(pl.lit("WARNING")).otherwise(lvl)
         kind = (pl.when(tb).then(pl.lit("traceback")).when(lvl == "ERROR").then(pl.lit("error"))
                 .when(lvl == "WARN").then(pl.lit("warning")).otherwise(pl.lit("message")))
+        ev = ev.with_columns(wrap_names(ev["wrap"]))
         ctx.write("log_events", ev.select(
             "line_no", pl.col("line_count").cast(pl.Int32), pl.col("ts_ff").alias("ts_ns"), level.alias("level"),
+            "process",
             kind.alias("kind"), event_message(msg.fill_null(""), tb).alias("message"), pl.col("target"),
             spans.str.slice(0, MSG_MAX).alias("spans"), bm.struct.field("kind").alias("batch_kind"),
             pl.when(bm.struct.field("kind").is_not_null()).then(fields.str.extract(P_BATCH_ID.regex, 1))
@@ -514,6 +583,7 @@ class TgiLogParser(Parser):
 
     def parse(self, ctx: ParseContext, fmt: str) -> None:
         st = _State()
+        out = BufferedWrites(ctx)
         for lines, recs in record_frames(ctx, _flag, _prepare):
             recs, bad = _normalise(recs)
             if bad.height:
@@ -529,8 +599,9 @@ class TgiLogParser(Parser):
                 reject_records(ctx, lines, lost["gid"], pl.concat_str([
                     pl.lit("JSON record that does not parse (cut off or corrupt), starting at line "),
                     pl.col("gid").replace_strict(lost["gid"], lost["line_no"].cast(pl.String), default="?")]))
-            _emit(ctx, recs, st)
+            _emit(out, recs, st)
             ctx.counts.parsed += int(recs["line_count"].sum()) if recs.height else 0
+        out.flush()
         write_config(ctx, st.config, {"model_id": "model", "num_shard": "tensor_parallel_size"}, "tgi")
         if st.timed:
             ctx.set_clock("log_wallclock_utc", "RFC 3339 UTC timestamps printed by TGI (µs); untimed records: "

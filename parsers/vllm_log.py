@@ -1,6 +1,6 @@
 """vLLM server logs (V0 and V1 engines, 0.2 → 2026) into engine_stats, requests, request_events, engine_config, log_events.
 
-The file streams through `iter_line_frames` in 32 MB frames (read ahead in a thread; rows go to DuckDB in
+The file streams through `iter_line_frames` in 16 MB frames (read ahead in a thread; rows go to DuckDB in
 batches from another). Per frame, polars works column-wise: ANSI codes out; anchored regexes (`head_fast`, then
 `head` for the rest) read docker-compose/process prefixes and the record envelope (vLLM, Ray, uvicorn, KServe); hard-wrapped pieces are joined to their record, the lines of a traceback grouped into one
 event, known noise recognised; then each record kind gets its own regexes on its own rows only (the long
@@ -21,15 +21,18 @@ import pyarrow as pa
 
 from stallscope.errors import InputError
 
+from . import prefixes as X
 from . import vllm_log_patterns as P
 from .base import ParseContext, Parser, file_mtime_ns
-from .lines import iter_line_frames
+from .lines import iter_line_frames, prefetch as _prefetch
+from .logrecords import dedup_note
 from .logtime import Local, WallClock, check_zone, choose_year, full_date_ns
 from .vllm_log_config import ConfigCollector
 
 PATTERNS = P.PATTERNS
 VERSION = "1.0"
 MSG_MAX = 4096  # characters of a message kept in log_events
+NS_PER_S = 1_000_000_000
 FLUSH_ROWS = 250_000  # rows per table buffered before an INSERT
 
 c = pl.col
@@ -83,17 +86,10 @@ PARSER = VllmLogParser()
 
 # -- the per-file run ----------------------------------------------------------------------------------------
 
-def _process_name(pfx: pl.Expr) -> pl.Expr:
-    """`(EngineCore_0 pid=1159) (RayWorkerWrapper pid=1273) ` → `EngineCore_0 pid=1159 / RayWorkerWrapper pid=1273`."""
-    s = pfx.str.replace_all(P.PROCESS_SEP.regex, " / ").str.strip_chars("() /\t")
-    return pl.when(s.str.len_bytes() > 0).then(s).otherwise(None)
-
-
 def _process_names(pfx: pl.Series) -> pl.Series:
-    """`process` for every row, computed once per distinct prefix (a log has a handful)."""
-    u = pfx.drop_nulls().unique()
-    names = pl.select(_process_name(pl.lit(u))).to_series()
-    return pfx.replace_strict(u, names, default=None, return_dtype=pl.String).alias("process")
+    """`process` for every row (`(EngineCore_0 pid=1159) (RayWorkerWrapper pid=1273) ` → `EngineCore_0 pid=1159 /
+    RayWorkerWrapper pid=1273`), from the wrapper table (`prefixes.names`, once per distinct prefix)."""
+    return X.names(pfx)
 
 
 def _int(s: pl.Expr) -> pl.Expr:
@@ -123,6 +119,10 @@ class _Run:
         self.raw_bytes = 0
         self.bad_utf8_kept = 0
         self.noise: dict[str, int] = {}
+        self.dedup = [0, 0]  # Ray dedup markers seen, lines they stand for
+        self.last_rec: dict[str, tuple] = {}  # per process stream: its last record (key, tag, line_no, ts_ns)
+        self.folds: list[pl.DataFrame] = []  # V0 prefix-cache lines and the stats line each belongs to
+        self.folded_own = 0
         self.suffixed = False  # some Added/Finished id ends like a 2026 engine-id suffix
         self.buffers: dict[str, list[pa.Table]] = {}
         self.writer = _Writer(ctx)
@@ -196,7 +196,7 @@ class _Run:
     def _cut_index(self, df: pl.DataFrame) -> int:
         """Index of the last record start: rows from there on may continue in the next frame and are carried."""
         tail = df.slice(max(0, df.height - 5000))
-        same_record = ((c("env") == c("env").shift(1)) & (c("pfx") == c("pfx").shift(1))).fill_null(False)
+        same_record = ((c("env") == c("env").shift(1)) & c("process").eq_missing(c("process").shift(1))).fill_null(False)
         anchor = ((c("kind") != "other") & ~same_record & ~c("msg").str.contains(P.TB_HEAD.regex)
                   & ~c("msg").str.contains(P.TB_FRAME.regex) & ~c("msg").str.contains(P.TB_EXC.regex))
         idx = tail.select(pl.arg_where(anchor).last()).item()
@@ -206,8 +206,12 @@ class _Run:
     def _process(self, df: pl.DataFrame) -> None:
         ctx = self.ctx
         df = df.with_columns(pl.lit(1, pl.Int32).alias("nlines"))
-        df = _patch(df, df["msg"].str.contains("across cluster]", literal=True), "msg",
-                    c("msg").str.replace(P.RAY_DEDUP.regex, ""))
+        dedup = df["msg"].str.contains("across cluster]", literal=True)
+        if dedup.any():
+            n = df.filter(dedup).select(X.dedup_count(c("msg"))).to_series().drop_nulls()
+            self.dedup[0] += n.len()
+            self.dedup[1] += int(n.sum())
+            df = _patch(df, dedup, "msg", X.strip_dedup(c("msg")))
         df = df.with_columns(_noise(df))
         df = self._join_wrapped(df)
         df = _tracebacks(df)
@@ -224,10 +228,11 @@ class _Run:
                .when(starts("Received request ")).then(pl.lit("recv"))
                .when(starts("Added request ") | starts("Finished request ") | starts("Aborted request ")).then(pl.lit("life"))
                .otherwise(pl.lit("msg")))
-        df = df.with_columns(tag.alias("tag"), _process_names(df["pfx"]),
+        df = df.with_columns(tag.alias("tag"),
                              pl.coalesce(c("level"), c("klevel"), c("rlevel"), c("ulevel")).alias("lvl"))
 
-        unused = [self._stats(df.filter(c("tag") == "stats")), self._prefix_hits(df.filter(c("tag") == "pch")),
+        pch = self._after_stats(df)
+        unused = [self._stats(df.filter(c("tag") == "stats")), self._prefix_hits(pch),
                   self._received(df.filter(c("tag") == "recv")), self._lifecycle(df.filter(c("tag") == "life"))]
         unused = [u for u in unused if u is not None and u.len()]
         unused_lines = pl.concat(unused) if unused else pl.Series("line_no", [], pl.Int64)
@@ -377,16 +382,68 @@ class _Run:
         self.saw_stats["V1"] += v1.height
         return g1.filter(c("prompt").is_null())["line_no"]
 
+    def _after_stats(self, df: pl.DataFrame) -> pl.DataFrame:
+        """The V0 `Prefix cache hit rate: GPU: …` records of the frame, each with `stats_line`: the line of the stats
+        record it belongs to (NULL when there is none). V0's stat logger prints it right after the stats line, so
+        that is the previous record of the same process stream, within a second of it (same second but for a
+        tick between the two calls). The previous record of a stream's first record in the frame comes from the
+        frame before (`self.last_rec`)."""
+        recs = df.filter(c("tag").is_not_null()).select(
+            "line_no", "ts_ns", "tag", "msg", "process", c("process").fill_null("").alias("_k"))
+        if recs.height == 0 or not (recs["tag"] == "pch").any():
+            if recs.height:
+                self._remember_last(recs)
+            return recs.head(0).with_columns(pl.lit(None, pl.Int64).alias("stats_line"))
+        prev = recs.with_columns(*[c(k).shift(1).over("_k").alias(f"_p{k}") for k in ("tag", "line_no", "ts_ns")])
+        if self.last_rec:
+            before = pl.DataFrame(list(self.last_rec.values()), orient="row",
+                                  schema={"_k": pl.String, "_btag": pl.String, "_bline_no": pl.Int64, "_bts_ns": pl.Int64})
+            prev = prev.join(before, on="_k", how="left", maintain_order="left").with_columns(
+                *[pl.coalesce(c(f"_p{k}"), c(f"_b{k}")).alias(f"_p{k}") for k in ("tag", "line_no", "ts_ns")])
+        self._remember_last(recs)
+        fold = ((c("_ptag") == "stats") & (c("ts_ns") - c("_pts_ns")).is_between(0, NS_PER_S))
+        return prev.filter(c("tag") == "pch").select(
+            "line_no", "ts_ns", "msg", "process", pl.when(fold).then(c("_pline_no")).alias("stats_line"))
+
+    def _remember_last(self, recs: pl.DataFrame) -> None:
+        """The last record of each process stream in this frame (a log has a handful of streams)."""
+        last = recs.group_by("_k").agg(c("tag").last(), c("line_no").last(), c("ts_ns").last())
+        for k, tag, line, ts in last.iter_rows():
+            self.last_rec[k] = (k, tag, line, ts)
+
     def _prefix_hits(self, sub: pl.DataFrame) -> pl.Series | None:
+        """V0 prefix-cache lines: their numbers go into the stats row they follow (folded at the end, once every
+        stats row is in); one without a stats line before it keeps a row of its own."""
         if sub.height == 0:
             return None
-        g = (sub.select(c("line_no"), c("ts_ns"), c("process"),
+        g = (sub.select(c("line_no"), c("ts_ns"), c("process"), c("stats_line"),
                         c("msg").str.extract_groups(P.PREFIX_HIT_V0.regex).alias("g")).unnest("g"))
-        ok = g.filter(c("gpu").is_not_null())
-        self._emit("engine_stats", ok.select(
-            c("line_no"), c("ts_ns"), c("process"), _num(c("gpu")).alias("prefix_cache_hit_rate_pct"),
-            _num(c("cpu")).alias("cpu_prefix_cache_hit_rate_pct")))
+        ok = g.filter(c("gpu").is_not_null()).select(
+            c("line_no"), c("ts_ns"), c("process"), c("stats_line"), _num(c("gpu")).alias("prefix_cache_hit_rate_pct"),
+            _num(c("cpu")).alias("cpu_prefix_cache_hit_rate_pct"))
+        if ok.height:
+            self.folds.append(ok)
         return g.filter(c("gpu").is_null())["line_no"]
+
+    def _fold_prefix_hits(self) -> None:
+        """One engine_stats row per V0 interval: each prefix-cache line's numbers set on its stats row; a line whose
+        stats row is not there (no stats line before it, or one that did not parse) is a row of its own."""
+        if not self.folds:
+            return
+        f = pl.concat(self.folds)
+        self.con.execute("""
+            UPDATE engine_stats e SET prefix_cache_hit_rate_pct = f.prefix_cache_hit_rate_pct,
+                   cpu_prefix_cache_hit_rate_pct = f.cpu_prefix_cache_hit_rate_pct
+            FROM f WHERE e.source_id = $1 AND e.line_no = f.stats_line AND e.prompt_throughput_tps IS NOT NULL
+              AND e.swapped_reqs IS NOT NULL AND e.cpu_prefix_cache_hit_rate_pct IS NULL""", [self.sid])
+        own = self.con.sql("""
+            SELECT line_no, ts_ns, process, prefix_cache_hit_rate_pct, cpu_prefix_cache_hit_rate_pct FROM f
+            WHERE stats_line IS NULL OR stats_line NOT IN (
+                SELECT line_no FROM engine_stats WHERE source_id = $1 AND cpu_prefix_cache_hit_rate_pct IS NOT NULL)
+            ORDER BY line_no""", params=[self.sid]).to_arrow_table()
+        if own.num_rows:
+            self.ctx.write("engine_stats", own)
+        self.folded_own = own.num_rows
 
     def _received(self, sub: pl.DataFrame) -> pl.Series | None:
         """Received lines: id, prompt length (number of prompt_token_ids), sampling params, max_tokens.
@@ -530,6 +587,7 @@ class _Run:
         ctx, con, sid = self.ctx, self.con, self.sid
         self._flush()
         self.writer.close()
+        self._fold_prefix_hits()
         if ctx.counts.parsed:
             self._requests()
         extra = pl.DataFrame({"line_no": [None], "key": ["engine"], "value": ["vllm"], "origin": ["parser"], "rank": [0]})
@@ -551,6 +609,8 @@ class _Run:
         if self.noise:
             ctx.notes.append("skipped as noise: " + ", ".join(f"{n:,} {k.replace('_', ' ')}" for k, n in
                                                                sorted(self.noise.items(), key=lambda x: -x[1])))
+        if self.dedup[0]:
+            ctx.notes.append(dedup_note(*self.dedup))
         if self.bad_utf8_kept:
             ctx.notes.append(f"{self.bad_utf8_kept} line(s) with invalid UTF-8 read with U+FFFD replacement")
 
@@ -678,7 +738,7 @@ def _tracebacks(df: pl.DataFrame) -> pl.DataFrame:
     is_rec = c("kind").is_in(["rec", "ks"])
     is_raw = c("kind") == "other"
     hk = pl.when(is_rec).then(c("env")).otherwise(pl.lit("~raw"))
-    df = df.with_columns(pl.coalesce(c("pfx"), pl.lit("")).alias("_st"), fh.alias("_fh"), ffile.alias("_ffile"),
+    df = df.with_columns(pl.coalesce(c("process"), pl.lit("")).alias("_st"), fh.alias("_fh"), ffile.alias("_ffile"),
                          (body & m.str.contains(P.TB_FRAME.regex)).alias("_ff"),
                          (is_raw & m.str.contains(P.TB_PROCESS.regex)).alias("_fp"),
                          (body & m.str.contains(P.TB_CHAIN.regex)).alias("_fc"),
@@ -711,7 +771,7 @@ def _python_warning_tails(df: pl.DataFrame) -> pl.DataFrame:
     cand = ((df["kind"] == "other") & df["noise"].is_null() & df["tb_event"].is_null()).arg_true().cast(pl.Int64)
     if cand.len() == 0:
         return df
-    pfx = df["pfx"].fill_null("")
+    pfx = df["process"].fill_null("")
     mine = pfx.gather(cand)
     for _ in range(3):
         found = pl.repeat(None, cand.len(), dtype=pl.Boolean, eager=True)
@@ -785,43 +845,6 @@ class _Writer:
             raise self.error
 
 
-def _prefetch(frames: Iterator[pl.DataFrame], depth: int = 2) -> Iterator[pl.DataFrame]:
-    """Read and split the next frames in a background thread while this one is parsed (numpy, Arrow and polars
-    release the GIL, so reading overlaps parsing on a second core). At most `depth` frames wait in memory."""
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    done = object()
-    stop = threading.Event()
-
-    def produce():
-        try:
-            for f in frames:
-                while not stop.is_set():
-                    try:
-                        q.put(f, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            q.put(done)
-        except BaseException as e:  # handed to the consumer, which raises it in the parser's thread
-            q.put(e)
-
-    t = threading.Thread(target=produce, name="vllm-log-reader", daemon=True)
-    t.start()
-    try:
-        while True:
-            item = q.get()
-            if item is done:
-                break
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        t.join()
-
-
 def _envelope(df: pl.DataFrame) -> pl.DataFrame:
     """The `_COLS` envelope columns, `kind` (rec / ray / uvi / ks / other) and `msg` for every line of a frame.
 
@@ -834,7 +857,9 @@ def _envelope(df: pl.DataFrame) -> pl.DataFrame:
     parts = []
     if fast_mask.any():
         fast = df.filter(fast_mask).with_columns(head.filter(fast_mask).alias("head"))
-        pfx = pl.when(c("head").str.starts_with("(")).then(c("head").str.extract(P.PFX.regex, 0)).otherwise(pl.lit(""))
+        h = c("head").str.starts_with
+        bare = h("INFO ") | h("DEBUG ") | h("WARNING ") | h("ERROR ") | h("CRITICAL ")
+        pfx = pl.when(bare).then(pl.lit("")).otherwise(c("head").str.extract(P.PFX.regex, 0))
         fast = fast.with_columns(pfx.alias("pfx")).with_columns(c("head").str.slice(c("pfx").str.len_chars()).alias("env"))
         sp = c("env").str.find(" ", literal=True)
         fast = fast.with_columns(
@@ -858,4 +883,4 @@ def _envelope(df: pl.DataFrame) -> pl.DataFrame:
     cols = ["line_no", "text", "bad_utf8", *_COLS, "kind"]
     parts = [p.select(cols) for p in parts]
     out = parts[0] if len(parts) == 1 else pl.concat(parts).sort("line_no")
-    return out.with_columns(c("text").str.slice(c("head").str.len_chars()).alias("msg"))
+    return out.with_columns(c("text").str.slice(c("head").str.len_chars()).alias("msg"), _process_names(out["pfx"]))

@@ -8,6 +8,7 @@ public vLLM issue, named in `doc`, and no `source`.
 from __future__ import annotations
 
 from .patterns import Pattern, Sample
+from .prefixes import DEDUP_RX, WRAPS
 
 _R = "../shared/real/vllm/"
 _X = _R + "excerpts/"
@@ -47,7 +48,7 @@ ANSI = Pattern(
 
 HEAD = Pattern(
     "head",
-    r"^(?P<head>(?P<pfx>(?:[A-Za-z0-9][A-Za-z0-9_.-]*[ \t]+\| )?(?:\((?:[^()]*? )?pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\) ?)*)"
+    r"^(?P<head>(?P<pfx>" + WRAPS + r")"
     r"(?:(?P<wdate>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)\.(?P<wms>\d{3}) (?:\d+ )?[A-Za-z_][A-Za-z0-9_.]* )?"
     r"(?:[ \t]*(?P<level>" + LEVELS + r") (?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<ms>\d{3}))? "
     r"\[?(?P<file>[^\s\[\]]+?):(?P<lineno>\d+)\] ?"
@@ -89,7 +90,8 @@ HEAD = Pattern(
         Sample("(VllmWorker rank=0 pid=281) ", {"pfx": "(VllmWorker rank=0 pid=281) ", "level": None, "ulevel": None}, XASW),
         Sample("NCCL version 2.21.5+cuda12.4", {"head": "", "level": None}, F800),
     ),
-    doc="line: docker-compose `svc  | ` and nested process prefixes `(Name pid=N[, ip=A])`, then one of: the vLLM "
+    doc="line: the wrapper prefixes of `prefixes.WRAPS` (docker compose `svc  | `, kubectl `[pod/N/C] `, journald, "
+        "nested process / Ray actor prefixes `(Name pid=N[, ip=A])`) as `pfx`, then one of: the vLLM "
         "record envelope `LEVEL MM-DD HH:MM:SS[.mmm] [file.py:N]` (or the pre-0.8 `file.py:N]`), a Ray record with a "
         "full date and a tab, a uvicorn `LEVEL:` line (no time), or a KServe `[file:func():N]` record after a KServe "
         "`YYYY-MM-DD HH:MM:SS.mmm [pid] logger` wrapper. Always matches; `head` is what precedes the message.")
@@ -103,7 +105,7 @@ SNIFF = Pattern(
 
 HEAD_FAST = Pattern(
     "head_fast",
-    r"^(?:\((?:[^()]*? )?pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\) ?)*(?:" + LEVELS + r") \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})? "
+    r"^" + WRAPS + r"(?:" + LEVELS + r") \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})? "
     r"\[?[^\s\[\]]+?:\d+\] ?",
     (Sample("INFO 04-14 16:15:00 [metrics.py:488] Avg prompt throughput: 9.0 tokens/s", {}, F800),
      Sample("(VllmWorker TP0 pid=3974) INFO 09-03 02:12:00 [shm_broadcast.py:289] vLLM message queue", {}, FWRAP),
@@ -112,9 +114,10 @@ HEAD_FAST = Pattern(
         "fields are then cut from the match at fixed offsets. Lines it does not match go through `head`.")
 
 PFX = Pattern(
-    "process_prefixes", r"^(?:\((?:[^()]*? )?pid=\d+(?:, ip=[0-9A-Fa-f.:]+)?\) ?)*",
+    "process_prefixes", r"^" + WRAPS,
     (Sample("(EngineCore_DP0 pid=33630) ERROR 11-18 14:16:34 [core.py:708]", {}, X28910),),
-    doc="the `head_fast` match: its process prefixes (the rest is `LEVEL MM-DD HH:MM:SS[.mmm] [file:N] `).")
+    doc="the `head_fast` match: its wrapper prefixes (`prefixes.WRAPS`; the rest is `LEVEL MM-DD HH:MM:SS[.mmm] "
+        "[file:N] `).")
 
 PROCESS_SEP = Pattern(
     "process_separator", r"\)(?:\s|\x1b\[[0-9;]*m)*\(|[ \t]+\|[ \t]*\(?",
@@ -134,7 +137,7 @@ TORN = Pattern(
         "the text before it is dropped, the record kept.")
 
 RAY_DEDUP = Pattern(
-    "ray_dedup_suffix", r" ?\[repeated \d+x across cluster\].*$",
+    "ray_dedup_suffix", DEDUP_RX,
     (Sample("(RayWorkerWrapper pid=631, ip=10.244.1.107) INFO 04-20 16:47:23 [utils.py:990] Found nccl from library "
             "libnccl.so.2 [repeated 14x across cluster]", {}, FDS),),
     doc="msg: Ray's log-deduplication suffix (and its advice text); removed from the message.")
@@ -145,7 +148,7 @@ STATS_V0 = Pattern(
     "stats_v0",
     r"^Avg prompt throughput: (?P<prompt>" + NUM + r") tokens/s, Avg generation throughput: (?P<gen>" + NUM
     + r") tokens/s, Running: (?P<running>\d+) reqs, Swapped: (?P<swapped>\d+) reqs, Pending: (?P<pending>\d+) reqs, "
-    r"GPU KV cache usage: (?P<gpu_kv>" + NUM + r")%, CPU KV cache usage: (?P<cpu_kv>" + NUM + r")%\.?\s*$",
+    r"GPU KV cache usage: (?P<gpu_kv>" + NUM + r")%, CPU KV cache usage: (?P<cpu_kv>" + NUM + r")%\.?\s*(?:,\s*)?$",
     (
         Sample("Avg prompt throughput: 9.0 tokens/s, Avg generation throughput: 22.1 tokens/s, Running: 1 reqs, "
                "Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.0%, CPU KV cache usage: 0.0%.",
@@ -164,7 +167,8 @@ STATS_V0 = Pattern(
                "Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.6%, CPU KV cache usage: 0.0%.",
                {"gen": "0.4", "gpu_kv": "0.6"}, X15018),
     ),
-    doc="msg: V0 engine stats (metrics.py / llm_engine.py), with or without the trailing period (0.2–0.4 have none).")
+    doc="msg: V0 engine stats (metrics.py / llm_engine.py), with or without the trailing period (0.2–0.4 have none); "
+        "a trailing separator (`, `) after the last field is accepted.")
 
 STATS_V1 = Pattern(
     "stats_v1",
@@ -173,7 +177,7 @@ STATS_V1 = Pattern(
     r"Waiting: (?P<waiting>\d+) reqs(?:, Deferred: (?P<deferred>\d+) reqs)?(?:, Preemptions: (?P<preemptions>\d+))?"
     r"(?:, GPU KV cache usage: (?P<gpu_kv>" + NUM + r")%)?(?:, Prefix cache hit rate: (?P<hit>" + NUM + r")%)?"
     r"(?:, Corrupted: (?P<corrupted>\d+) reqs)?(?:, External prefix cache hit rate: (?P<ext_hit>" + NUM + r")%)?"
-    r"(?:, MM cache hit rate: (?P<mm_hit>" + NUM + r")%)?\s*$",
+    r"(?:, MM cache hit rate: (?P<mm_hit>" + NUM + r")%)?\s*(?:,\s*)?$",
     (
         Sample("Avg prompt throughput: 13.0 tokens/s, Avg generation throughput: 52.1 tokens/s, Running: 0 reqs, "
                "Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 80.0%",
@@ -194,9 +198,10 @@ STATS_V1 = Pattern(
 
 PREFIX_HIT_V0 = Pattern(
     "prefix_cache_hit_v0",
-    r"^Prefix cache hit rate: GPU: (?P<gpu>" + NUM + r")%, CPU: (?P<cpu>" + NUM + r")%\s*$",
+    r"^Prefix cache hit rate: GPU: (?P<gpu>" + NUM + r")%, CPU: (?P<cpu>" + NUM + r")%\s*(?:,\s*)?$",
     (Sample("Prefix cache hit rate: GPU: 0.00%, CPU: 0.00%", {"gpu": "0.00", "cpu": "0.00"}, F800),),
-    doc="msg: the V0 line that follows a stats line when prefix caching is on (its own engine_stats row).")
+    doc="msg: the V0 line that follows a stats line when prefix caching is on: folded into that stats line's "
+        "engine_stats row (same process stream, next record, within a second); a row of its own only without one.")
 
 # -- request lifecycle ---------------------------------------------------------------------------------------
 

@@ -317,7 +317,7 @@ def test_tiny_blocks_give_the_same_rows(monkeypatch, name):
 
     whole = tables()
     orig = logrecords.iter_line_frames
-    monkeypatch.setattr(logrecords, "iter_line_frames", lambda inp: orig(inp, block_bytes=53))
+    monkeypatch.setattr(logrecords, "iter_line_frames", lambda inp, **kw: orig(inp, block_bytes=53))
     tiny = tables()
     for k, v in whole.items():
         assert (v.equals(tiny[k]) if isinstance(v, pl.DataFrame) else v == tiny[k]), k

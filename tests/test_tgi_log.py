@@ -359,7 +359,7 @@ def test_tiny_blocks_give_the_same_rows(monkeypatch, name):
         s.ingest(path)
         whole = _tables(s)
     orig = logrecords.iter_line_frames
-    monkeypatch.setattr(logrecords, "iter_line_frames", lambda inp: orig(inp, block_bytes=61))
+    monkeypatch.setattr(logrecords, "iter_line_frames", lambda inp, **kw: orig(inp, block_bytes=61))
     with stallscope.open(":memory:") as s:
         s.ingest(path)
         tiny = _tables(s)

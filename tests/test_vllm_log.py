@@ -104,6 +104,8 @@ def test_real_log_ingests_accounts_every_line_and_matches_grep(rel):
             (SELECT count(*) FROM request_events WHERE event = 'added') AS added,
             (SELECT count(*) FROM request_events WHERE event = 'finished') AS finished""").row(0, named=True)
         assert got == grep
+        # One engine_stats row per stats interval: V0's prefix-cache line is folded into its stats row.
+        assert s.sql("SELECT count(*) FROM engine_stats").item() == grep["stats"]
         # Every timed row has a time, and the clock says where its year came from.
         assert src["clock_method"] == "log_wallclock" and "year" in src["clock_note"]
         assert s.sql("SELECT count(*) FROM engine_stats WHERE ts_ns IS NULL").item() == 0

@@ -1,0 +1,175 @@
+"""Speed of the vLLM, TGI and SGLang log ingest against a minimal Python line loop, side by side, in one run.
+
+The loop is the floor a user's own script starts from: `for line in f: if rx.search(line): n += 1`, counting the
+lines of the engine's main record kind and nothing else (no fields, no times, no store). stallscope does the whole
+ingest (sniffing, wrapper prefixes, every record kind, times, rejects, the content hash, the DuckDB writes), so a
+ratio near 1 means the full ingest costs about what merely finding the lines costs in Python.
+
+Inputs are the real samples repeated to the target size (cached in --dir): vLLM as in bench_vllm_log.py (the 0.8.3
+800-request log re-timestamped per copy), TGI the real text router/launcher logs concatenated and then their Success
+and radix lines 20 times more, SGLang the real scheduler logs with full dates concatenated and then their batch and
+access lines 20 times more (a long-running server's log is mostly those), each template repeated to the size. Each contender runs in its own child process; CPU seconds (user +
+system) and peak RSS come from `getrusage(RUSAGE_CHILDREN)` in a fresh intermediate process. The machine may be
+shared: compare the ratios and the CPU seconds, which load moves less than wall time.
+
+    .venv/bin/python bench/bench_logs.py [--mb 300] [--engines vllm,tgi,sglang] [--dir /tmp/stallscope-bench]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = Path(os.environ.get("STALLSCOPE_REAL", ROOT.parent / "shared" / "real"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# What the minimal loop counts per engine (a plain `re.search` per line).
+LOOP_RX = {
+    "vllm": r"\] (?:Engine \d+: )?Avg prompt throughput: |\] Received request |\] (?:Added|Finished) request ",
+    "tgi": r": Success$",
+    "sglang": r"\] (?:Prefill|Decode) batch[.,]",
+}
+BODY_COPIES = 20
+BODY_RX = {"tgi": rb": Success$|: Prefix \d+ - Suffix \d+$", "sglang": rb"\] (?:Prefill|Decode) batch[.,]|\] INFO: +\S+ - \""}
+# The same counts from the store.
+STORE_SQL = {
+    "vllm": "SELECT (SELECT count(*) FROM engine_stats) + (SELECT count(*) FROM request_events)",
+    "tgi": "SELECT count(*) FROM requests WHERE status = 'ok'",
+    # read, or rejected with the reason (spliced tqdm lines of one sample)
+    "sglang": "SELECT (SELECT count(*) FROM engine_batches) + (SELECT count(*) FROM rejects "
+              "WHERE reason SIMILAR TO '(Prefill|Decode) batch.*')",
+}
+
+
+def _template(engine: str) -> bytes:
+    if engine == "tgi":
+        files = sorted(p for p in (REAL / "tgi").glob("*_text_*.log"))
+    else:
+        dated = re.compile(rb"(?m)^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+        files = sorted(p for p in (REAL / "sglang").glob("*.log") if dated.search(p.read_bytes()))
+    parts = []
+    for p in files:
+        b = p.read_bytes()
+        parts.append(b if b.endswith(b"\n") else b + b"\n")
+    mix = b"".join(parts)
+    # A long-running server's log is mostly its per-request / per-batch lines: the samples once, then their
+    # record lines (Success and radix lines; batch and access lines) BODY_COPIES times more.
+    body = re.compile(BODY_RX[engine])
+    lines = [ln for ln in mix.split(b"\n") if body.search(ln)]
+    return mix + b"\n".join(lines * BODY_COPIES) + b"\n"
+
+
+def build(engine: str, target: int, d: Path) -> Path:
+    out = d / f"{engine}_{target // 1_000_000}MB.log"
+    if engine == "vllm":
+        import bench_vllm_log
+        return bench_vllm_log.build(target, out)
+    data = _template(engine)
+    copies = -(-target // len(data))
+    if out.exists() and out.stat().st_size == copies * len(data):
+        return out
+    tmp = out.with_suffix(".part")
+    with open(tmp, "wb") as f:
+        for _ in range(copies):
+            f.write(data)
+    tmp.rename(out)
+    return out
+
+
+def loop_count(engine: str, path: str) -> int:
+    rx = re.compile(LOOP_RX[engine])
+    n = 0
+    with open(path, encoding="utf-8", errors="replace", newline="\n") as f:
+        for line in f:
+            if rx.search(line.rstrip("\r\n")):
+                n += 1
+    return n
+
+
+def _worker(which: str, engine: str, path: str, db: str) -> None:
+    t0 = time.perf_counter()
+    if which == "loop":
+        n = loop_count(engine, path)
+    else:
+        import stallscope
+        from stallscope.parsers import Options
+
+        with stallscope.open(db) as s:
+            r = s.ingest([Path(path)], options=Options(year=2025))
+            if not r.ok:
+                raise SystemExit(f"ingest failed: {[x.message for x in r]}")
+            n = s.con.execute(STORE_SQL[engine]).fetchone()[0]
+    print(json.dumps({"seconds": time.perf_counter() - t0, "count": n}))
+
+
+def measure(which: str, engine: str, path: Path, db: Path) -> dict:
+    code = ("import json, resource, subprocess, sys\n"
+            "r = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+            "sys.stderr.write(r.stderr)\n"
+            "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+            "print(json.dumps({'rc': r.returncode, 'out': r.stdout.strip().splitlines()[-1] if r.stdout.strip() else '',"
+            " 'maxrss_kb': u.ru_maxrss, 'cpu_s': u.ru_utime + u.ru_stime}))\n")
+    for p in (db, Path(str(db) + ".wal")):
+        p.unlink(missing_ok=True)
+    res = subprocess.run([sys.executable, "-c", code, sys.executable, __file__, "--worker", which, engine, str(path),
+                          str(db)], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(res.stderr)
+    outer = json.loads(res.stdout.strip().splitlines()[-1])
+    if outer["rc"] != 0:
+        raise SystemExit(f"{which} {engine} failed:\n{res.stderr}")
+    inner = json.loads(outer["out"])
+    for p in (db, Path(str(db) + ".wal")):
+        p.unlink(missing_ok=True)
+    return {"seconds": inner["seconds"], "cpu_s": outer["cpu_s"], "peak_rss_mb": outer["maxrss_kb"] / 1024,
+            "count": inner["count"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=int, default=300, help="size of each generated log in MB (default 300)")
+    ap.add_argument("--engines", default="vllm,tgi,sglang")
+    ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "stallscope-bench"))
+    ap.add_argument("--worker", nargs=4, metavar=("WHICH", "ENGINE", "PATH", "DB"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        _worker(*a.worker)
+        return
+    d = Path(a.dir)
+    d.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for engine in a.engines.split(","):
+        log = build(engine, a.mb * 1_000_000, d)
+        size = log.stat().st_size / 1e6
+        loop = measure("loop", engine, log, d / "bench.duckdb")
+        ours = measure("stallscope", engine, log, d / "bench.duckdb")
+        rows.append((engine, size, loop, ours))
+        for name, r in (("loop", loop), ("stallscope", ours)):
+            print(f"{engine:>6} {name:>10}: {r['seconds']:7.2f} s  {size / r['seconds']:7.1f} MB/s  CPU {r['cpu_s']:7.2f} s"
+                  f"  peak RSS {r['peak_rss_mb']:6.0f} MB ({r['peak_rss_mb'] / size:.2f}x the file)  lines counted "
+                  f"{r['count']}", flush=True)
+    print(f"\n{'engine':>6} {'MB':>6} {'MB/s':>7} {'loop MB/s':>9} {'ratio':>6} {'CPU ratio':>9} {'RSS/file':>8} same")
+    for engine, size, loop, ours in rows:
+        print(f"{engine:>6} {size:6.0f} {size / ours['seconds']:7.1f} {size / loop['seconds']:9.1f} "
+              f"{loop['seconds'] / ours['seconds']:6.2f} {loop['cpu_s'] / ours['cpu_s']:9.2f} "
+              f"{ours['peak_rss_mb'] / size:8.2f} {loop['count'] == ours['count']}")
+    # The content hash is part of every ingest (sources.sha256, for idempotent re-ingest): is it the floor?
+    import hashlib
+    log = rows[-1][0] and build(rows[-1][0], a.mb * 1_000_000, d)
+    c0, t0 = time.process_time(), time.perf_counter()
+    with open(log, "rb") as f:
+        hashlib.file_digest(f, "sha256")
+    c1, t1 = time.process_time() - c0, time.perf_counter() - t0
+    print(f"sha256 of {log.name}: {c1:.2f} CPU-s, {t1:.2f} s ({rows[-1][1] / max(c1, 1e-9):.0f} MB per CPU-s): not the floor")
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores (ratio > 1: stallscope is faster)")
+
+
+if __name__ == "__main__":
+    main()
