@@ -1,11 +1,13 @@
 -- The requests whose prefill ran inside each spike's gap, ranked by how much of their prefill time fell in
 -- it. With a GPU trace: every overlapping step's in-gap prefill time (`spike_steps`) split over the
 -- requests whose chunks it computed (`prefill_parts`): the attention kernels' part by attention work
--- (tokens x (context before + tokens / 2): a chunk at the end of a long prompt attends to all of it), the
--- rest by tokens (evidence `kernels`). Without one: other
+-- (tokens x (context before + tokens / 2): a chunk at the end of a long prompt, or one after a long cached
+-- prefix, attends to all of it), the rest by tokens (evidence `kernels`). Where the trace's attention kernel
+-- serves prefill and decode at once and the annotation gives no attention work, its prefill part is what it
+-- spent beyond the previous decode-only step's attention time. Without one: other
 -- requests of the same run whose inferred prefill window (`request_prefill_windows`) overlaps the gap,
 -- ranked by overlap (evidence `inferred`).
--- @depends spikes, spike_steps, prefill_parts, request_prefill_windows
+-- @depends spikes, spike_steps, prefill_parts, request_prefill_windows, kernel_phase, step_phase
 -- @column spike_id        BIGINT   The spike.
 -- @column rank            BIGINT   1 = the culprit with the most prefill time in the gap.
 -- @column source_id       INTEGER  Source of the culprit request (its benchmark file).
@@ -16,7 +18,25 @@
 -- @column overlap_ns      BIGINT   Culprit's prefill time inside the gap (traced) or window overlap (inferred), ns.
 -- @column evidence        VARCHAR  `kernels` (traced steps) or `inferred` (request windows).
 CREATE OR REPLACE TEMP VIEW spike_culprits AS
-WITH parts AS (
+WITH attn_k AS (
+    SELECT step_id, sum(dur_ns) AS attn_ns, bool_or(basis = 'token_share') AS by_tokens
+    FROM kernel_phase WHERE work = 'attention' GROUP BY ALL),
+step_attn AS (
+    SELECT sp.source_id, sp.step_id, sp.end_ns, sp.phase, sp.prefill_gpu_ns, sp.gen_reqs, a.attn_ns, a.by_tokens
+    FROM step_phase sp JOIN attn_k a USING (step_id)),
+attn_fix AS (
+    -- A mixed step's single attention kernel also reads every decode's KV cache, and a token share of it
+    -- (all a basic annotation allows) credits nearly all of that to the prefill. The decode-only step just
+    -- before holds nearly the same decodes, so its attention time per decode, times this step's decodes, is the
+    -- decode part; the rest is prefill attention.
+    SELECT s.step_id,
+           least(greatest(s.attn_ns - d.attn_ns * s.gen_reqs / d.gen_reqs, 0) / nullif(s.prefill_gpu_ns, 0), 1.0)
+               AS attn_share
+    FROM step_attn s
+    ASOF JOIN (SELECT source_id, end_ns, attn_ns, gen_reqs FROM step_attn WHERE phase = 'decode' AND gen_reqs > 0) d
+      ON d.source_id = s.source_id AND s.end_ns > d.end_ns
+    WHERE s.phase = 'mixed' AND s.by_tokens),
+parts AS (
     -- Token and attention-work shares of each part within its step.
     SELECT *, sum(tokens) OVER (PARTITION BY trace_source_id, step_id) AS part_tokens,
            tokens * (context_before + tokens / 2.0)
@@ -28,13 +48,14 @@ traced AS (
            sum(step_prefill_in_gap_ns * (attn * coalesce(attn_work_share, token_share) + (1 - attn) * token_share))
                AS overlap_ns,
            'kernels' AS evidence
-    FROM (SELECT ss.spike_id, ss.step_prefill_in_gap_ns, coalesce(ss.attn_share, 0) AS attn, pp.*,
+    FROM (SELECT ss.spike_id, ss.step_prefill_in_gap_ns, coalesce(af.attn_share, ss.attn_share, 0) AS attn, pp.*,
                  -- Of the step's own token count when the trace gives it (tokens no part accounts for stay
                  -- unassigned), else of the parts found.
                  pp.tokens / coalesce(ss.ctx_tokens, pp.part_tokens) AS token_share
           FROM spike_steps ss
           JOIN spikes s ON s.spike_id = ss.spike_id
           JOIN parts pp ON pp.trace_source_id = ss.source_id AND pp.step_id = ss.step_id
+          LEFT JOIN attn_fix af ON af.step_id = ss.step_id
           WHERE ss.step_prefill_in_gap_ns > 0
             AND (s.level = 'step' OR (pp.source_id = s.source_id AND pp.run_line = s.run_line
                                       AND pp.request_id <> s.request_id)))
