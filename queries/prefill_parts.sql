@@ -63,8 +63,8 @@
 -- @column context_before    BIGINT   Tokens of the request already in the KV cache before this chunk (its attention span grows with them).
 -- @column agreement         DOUBLE   Share of the run's anchoring requests whose neighbourhood agrees on an offset (0..1; NULL for the other bases).
 -- @column cached_tokens     BIGINT   Inferred prompt tokens of this episode served from the prefix cache (0 when none is inferred).
--- @column cache_confidence  VARCHAR  `exact` (the step counts force this hit), `typical_hit` (the only split of its group's deficit into the run's typical hit), `ambiguous` (another request of the same cache group could hold it), NULL when no cache is inferred for the episode.
--- @column cache_group       BIGINT   The closing (its stream position) that ends the group of requests whose cached tokens were inferred together; NULL outside such a group.
+-- @column cache_confidence  VARCHAR  For a member of a group with cached tokens: `exact` (the step counts force its hit, or its having none), `typical_hit` (the only split of the group's deficit into the run's typical hit), `ambiguous` (the counts allow another split among the group's members); NULL outside such a group.
+-- @column cache_group       BIGINT   The closing (its stream position) that ends the group of requests whose cached tokens were inferred together; NULL outside a group with cached tokens.
 -- @column basis             VARCHAR  `fcfs_replay` (token streams aligned), `preempted_gap` (step tokens the replay left unclaimed, given to the request most recently preempted: it heads the waiting queue), `preempted_redo` (such tokens while no client gap shows a preemption, given to the next request to start a prefill), `token_after_prefill` (a token reached the client as the prefill-only step ended) or `next_completion` (the requests finishing prefill next).
 CREATE OR REPLACE TEMP VIEW prefill_parts AS
 WITH st AS (
@@ -183,8 +183,7 @@ rq AS (
     -- The stream of computed tokens: each episode's prompt (plus generated tokens) minus its cached prefix.
     SELECT q.source_id, q.run_line, q.request_id, q.report_id, q.prompt_tokens, q.tokens - coalesce(c.cached_tokens, 0) AS tokens,
            q.done_ns, coalesce(c.cached_tokens, 0) AS cached_tokens,
-           CASE WHEN c.cached_tokens > 0 THEN c.cache_confidence END AS cache_confidence,
-           CASE WHEN c.cached_tokens > 0 THEN c.cache_group END AS cache_group,
+           c.cache_confidence, c.cache_group,
            q.c_hi - CAST(coalesce(sum(c.cached_tokens) OVER (PARTITION BY q.source_id, q.run_line ORDER BY q.c_hi
                                                         ROWS UNBOUNDED PRECEDING), 0) AS BIGINT) AS c_hi
     FROM rq_full q LEFT JOIN cached c USING (source_id, run_line, c_hi)),

@@ -17,6 +17,8 @@
 -- @column prompt_tokens   INTEGER  The culprit's prompt length, tokens.
 -- @column overlap_ns      BIGINT   Culprit's prefill time inside the gap (traced) or window overlap (inferred), ns.
 -- @column evidence        VARCHAR  `kernels` (traced steps) or `inferred` (request windows).
+-- @column confidence      VARCHAR  `high` (traced, the step counts fix the culprit's computed tokens), `ambiguous` (the counts leave open which of this culprit and those in ambiguous_with held a cached prefix, so their computed tokens and ranks could swap), `low` (no trace: inferred prefill windows).
+-- @column ambiguous_with  VARCHAR[] Report ids of the spike's other culprits the evidence cannot separate from this one (empty when none).
 CREATE OR REPLACE TEMP VIEW spike_culprits AS
 WITH attn_k AS (
     SELECT step_id, sum(dur_ns) AS attn_ns, bool_or(basis = 'token_share') AS by_tokens
@@ -47,7 +49,8 @@ traced AS (
     SELECT spike_id, source_id, run_line, request_id, report_id, prompt_tokens,
            sum(step_prefill_in_gap_ns * (attn * coalesce(attn_work_share, token_share) + (1 - attn) * token_share))
                AS overlap_ns,
-           'kernels' AS evidence
+           'kernels' AS evidence,
+           list(DISTINCT cache_group) FILTER (WHERE cache_confidence = 'ambiguous') AS open_groups
     FROM (SELECT ss.spike_id, ss.step_prefill_in_gap_ns, coalesce(af.attn_share, ss.attn_share, 0) AS attn, pp.*,
                  -- Of the step's own token count when the trace gives it (tokens no part accounts for stay
                  -- unassigned), else of the parts found.
@@ -63,13 +66,27 @@ traced AS (
 inferred AS (
     SELECT s.spike_id, w.source_id, w.run_line, w.request_id, w.report_id, w.prompt_tokens,
            least(s.end_ns, w.window_end_ns) - greatest(s.start_ns, w.window_start_ns) AS overlap_ns,
-           'inferred' AS evidence
+           'inferred' AS evidence, CAST([] AS BIGINT[]) AS open_groups
     FROM spikes s
     JOIN request_prefill_windows w ON w.source_id = s.source_id AND w.run_line = s.run_line
      AND w.window_start_ns < s.end_ns AND w.window_end_ns > s.start_ns AND w.request_id <> s.request_id
     WHERE s.level = 'request' AND s.spike_id NOT IN (SELECT spike_id FROM spike_steps)),
-allc AS (SELECT * FROM traced UNION ALL SELECT * FROM inferred)
-SELECT spike_id, row_number() OVER (PARTITION BY spike_id ORDER BY overlap_ns DESC, report_id) AS rank,
-       source_id, run_line, request_id, report_id, prompt_tokens, CAST(round(overlap_ns) AS BIGINT) AS overlap_ns,
-       evidence
-FROM allc WHERE overlap_ns > 0;
+allc AS (SELECT * FROM traced UNION ALL SELECT * FROM inferred),
+ranked AS (
+    SELECT spike_id, row_number() OVER (PARTITION BY spike_id ORDER BY overlap_ns DESC, report_id) AS rank,
+           source_id, run_line, request_id, report_id, prompt_tokens,
+           CAST(round(overlap_ns) AS BIGINT) AS overlap_ns, evidence, open_groups
+    FROM allc WHERE overlap_ns > 0),
+rivals AS (
+    -- Culprits of one spike whose chunks sit in the same open cache group: the step counts allow moving the
+    -- cached prefix between them, which changes how much each computed.
+    SELECT a.spike_id, a.rank, list(DISTINCT b.report_id ORDER BY b.report_id) AS ambiguous_with
+    FROM ranked a JOIN ranked b ON b.spike_id = a.spike_id AND b.rank <> a.rank
+     AND len(list_intersect(a.open_groups, b.open_groups)) > 0
+    GROUP BY ALL)
+SELECT r.spike_id, r.rank, r.source_id, r.run_line, r.request_id, r.report_id, r.prompt_tokens, r.overlap_ns,
+       r.evidence,
+       CASE WHEN r.evidence = 'inferred' THEN 'low' WHEN v.ambiguous_with IS NOT NULL THEN 'ambiguous' ELSE 'high' END
+           AS confidence,
+       coalesce(v.ambiguous_with, CAST([] AS VARCHAR[])) AS ambiguous_with
+FROM ranked r LEFT JOIN rivals v USING (spike_id, rank);
