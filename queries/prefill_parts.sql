@@ -75,7 +75,7 @@ tspan AS (SELECT source_id AS tsrc, min(start_ns) AS lo, max(end_ns) AS hi FROM 
           WHERE kernel_count > 0 GROUP BY source_id),
 rq0 AS (
     SELECT m.source_id, m.run_line, m.request_id, m.report_id, m.prompt_tokens, m.arrival_ns, m.first_token_ns,
-           m.request_index, srv.request_index AS server_index
+           m.request_index, srv.request_index AS server_index, srv.shared_prefix_tokens AS shared_max
     FROM request_metrics m
     LEFT JOIN requests srv ON srv.kind = 'server' AND srv.request_id = m.report_id AND m.report_id <> m.request_id
     WHERE m.kind = 'client' AND coalesce(m.status, 'ok') = 'ok' AND m.arrival_ns IS NOT NULL
@@ -91,7 +91,7 @@ preempted AS (
     -- Recompute preemption: a request that got no token while steps carrying decodes ran was not running; the
     -- token that ends such a gap follows its re-prefill of the prompt plus the tokens generated so far.
     SELECT g.source_id, g.run_line, g.request_id, g.report_id, q.prompt_tokens, q.prompt_tokens + g.gap_index + 1 AS tokens,
-           g.start_ns, g.end_ns AS done_ns, q.request_index, q.server_index
+           g.start_ns, g.end_ns AS done_ns, q.request_index, q.server_index, q.shared_max
     FROM client_gaps g JOIN ref USING (source_id, run_line)
     JOIN rq0 q ON q.source_id = g.source_id AND q.run_line = g.run_line AND q.request_id = g.request_id
     ASOF LEFT JOIN dec_steps a ON a.tsrc = ref.tsrc AND g.start_ns + 2000000 >= a.end_ns
@@ -100,9 +100,10 @@ preempted AS (
 episodes AS (
     -- Every prefill the engine ran for a request: the first, and any re-prefill after a preemption.
     SELECT source_id, run_line, request_id, report_id, prompt_tokens, prompt_tokens AS tokens,
-           first_token_ns AS done_ns, request_index, server_index FROM rq0
+           first_token_ns AS done_ns, request_index, server_index, shared_max FROM rq0
     UNION ALL
-    SELECT source_id, run_line, request_id, report_id, prompt_tokens, tokens, done_ns, request_index, server_index
+    SELECT source_id, run_line, request_id, report_id, prompt_tokens, tokens, done_ns, request_index, server_index,
+           shared_max
     FROM preempted),
 bucketed AS (
     -- The step (of one reference trace) each episode finished in; outside the trace, its own time.
@@ -114,6 +115,8 @@ rq_full AS (
     -- Engine admission order: by the step that completed the prefill, then by the server's log order (its
     -- arrival order) when the request was matched to a server log, then by send order.
     SELECT source_id, run_line, request_id, report_id, prompt_tokens, tokens, done_ns,
+           -- The most a cache can serve: prompt - 1 tokens, and no more than the prompt shares with an earlier one.
+           least(tokens - 1, coalesce(shared_max, tokens - 1)) AS cap,
            CAST(sum(tokens) OVER (PARTITION BY source_id, run_line
                                   ORDER BY bucket, server_index NULLS LAST, request_index) AS BIGINT) AS c_hi
     FROM bucketed),
@@ -134,7 +137,7 @@ closings AS (
     SELECT source_id, run_line, c_hi, hi AS o FROM ends0 WHERE c_hi = last_c AND ctx_reqs = n_done),
 grouped AS (
     -- (2) Each episode between two closings, with the offsets at both ends and its own bounds.
-    SELECT q.source_id, q.run_line, q.request_id, q.c_hi, q.tokens, q.prompt_tokens, nx.c_hi AS cache_group,
+    SELECT q.source_id, q.run_line, q.request_id, q.c_hi, q.tokens, q.cap, q.prompt_tokens, nx.c_hi AS cache_group,
            pv.o AS o_prev, nx.o AS o_next, e.lo, e.hi
     FROM rq_full q
     ASOF JOIN (SELECT source_id, run_line, -c_hi AS neg, c_hi, o FROM closings) nx
@@ -143,15 +146,19 @@ grouped AS (
     LEFT JOIN ends0 e ON e.source_id = q.source_id AND e.run_line = q.run_line AND e.c_hi = q.c_hi),
 bounded AS (
     -- (3) The offset after each member: the highest its group's bounds allow.
-    SELECT *, least(o_prev, coalesce(min(hi) OVER up, o_prev)) AS o_up,
-           greatest(o_next, coalesce(max(lo + 1) OVER dn, o_next)) AS o_dn
+    -- Each member's cap bounds the offset too: after r it is at least o_prev minus the caps so far, and at most
+    -- o_next plus the caps still to come.
+    SELECT *, least(o_prev, coalesce(min(hi) OVER up, o_prev), o_next + coalesce(sum(cap) OVER later, 0)) AS o_up,
+           greatest(o_next, coalesce(max(lo + 1) OVER dn, o_next), o_prev - sum(cap) OVER up) AS o_dn
     FROM grouped WHERE o_prev > o_next
     WINDOW up AS (PARTITION BY source_id, run_line, cache_group ORDER BY c_hi ROWS UNBOUNDED PRECEDING),
            dn AS (PARTITION BY source_id, run_line, cache_group ORDER BY c_hi
-                  ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING)),
+                  ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING),
+           later AS (PARTITION BY source_id, run_line, cache_group ORDER BY c_hi
+                     ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING)),
 greedy AS (
-    SELECT source_id, run_line, request_id, c_hi, cache_group, tokens, o_prev - o_next AS deficit,
-           least(greatest(lag(o_up, 1, o_prev) OVER w - o_up, 0), tokens - 1) AS cached_tokens,
+    SELECT source_id, run_line, request_id, c_hi, cache_group, tokens, cap, o_prev - o_next AS deficit,
+           least(greatest(lag(o_up, 1, o_prev) OVER w - o_up, 0), cap) AS cached_tokens,
            o_up = o_dn AND coalesce(lag(o_up = o_dn) OVER w, true) AS forced
     FROM bounded
     WINDOW w AS (PARTITION BY source_id, run_line, cache_group ORDER BY c_hi)),
@@ -165,9 +172,9 @@ split AS (
     -- them: onto the k members long enough to hold one (prompt > h), the longest first (a shared prefix makes a
     -- prompt longer). Unique when exactly k members can hold one (`typical_hit`), else `ambiguous`.
     SELECT g.*, t.h, bool_and(g.forced) OVER grp AS all_forced,
-           count(*) FILTER (WHERE g.tokens - 1 >= t.h) OVER grp AS n_fit,
-           CASE WHEN g.tokens - 1 >= t.h THEN row_number() OVER (
-               PARTITION BY g.source_id, g.run_line, g.cache_group, g.tokens - 1 >= t.h
+           count(*) FILTER (WHERE g.cap >= t.h) OVER grp AS n_fit,
+           CASE WHEN g.cap >= t.h THEN row_number() OVER (
+               PARTITION BY g.source_id, g.run_line, g.cache_group, g.cap >= t.h
                ORDER BY g.tokens DESC, g.c_hi DESC) END AS fit_rank
     FROM greedy g LEFT JOIN typical t USING (source_id, run_line)
     WINDOW grp AS (PARTITION BY g.source_id, g.run_line, g.cache_group)),
@@ -273,7 +280,8 @@ UNION ALL
 -- (or whose re-prefill after a recompute preemption) that step computed. A re-prefill redoes the prompt and the
 -- tokens generated so far.
 SELECT k.source_id, k.step_id, q.source_id, q.run_line, q.request_id, q.report_id, q.prompt_tokens,
-       CAST(q.prompt_tokens AS BIGINT) + t.generated, 0, NULL, 0, NULL, NULL, 'token_after_prefill'
+       CAST(q.prompt_tokens AS BIGINT) + t.generated - pc.cached, pc.cached, NULL, pc.cached,
+       CASE WHEN pc.cached > 0 THEN 'shared_prefix' END, NULL, 'token_after_prefill'
 FROM (SELECT * FROM step_phase
       WHERE kernel_count > 0 AND phase = 'prefill' AND ctx_tokens IS NULL AND prefill_gpu_ns > 0) k
 JOIN pair p ON p.tsrc = k.source_id
@@ -283,6 +291,11 @@ JOIN (SELECT source_id, run_line, request_id, first_token_ns AS t_ns, 0 AS gener
   ON t.source_id = p.source_id AND t.run_line = p.run_line
  AND t.t_ns BETWEEN k.end_ns - 2000000 AND k.end_ns + 2000000
 JOIN rq0 q ON q.source_id = t.source_id AND q.run_line = t.run_line AND q.request_id = t.request_id
+-- Without step counts, the cache serves what the prompt shares with an earlier one (whole blocks, as the log's
+-- token ids show), when a cache is in evidence.
+CROSS JOIN LATERAL (SELECT CASE WHEN (SELECT on_ FROM cache_on)
+                                THEN CAST(least(coalesce(q.shared_max, 0), q.prompt_tokens - 1) AS BIGINT)
+                                ELSE 0 END AS cached) pc
 UNION ALL
 -- Mixed steps without token counts (an SGLang MIXED marker): decodes finish there too, so their prefill work
 -- is given to the requests that finish prefill next, at the first step at or after them that precedes a first
