@@ -200,8 +200,15 @@ anchors AS (
     FROM rq q JOIN pair p USING (source_id, run_line) JOIN tspan t ON t.tsrc = p.tsrc
     WHERE q.done_ns BETWEEN t.lo AND t.hi + 1000000000),
 lastk AS (
-    SELECT a.source_id, a.run_line, a.tsrc, a.c_hi, s.s_hi, s.s_hi - s.ctx_tokens AS s_lo
+    SELECT a.source_id, a.run_line, a.tsrc, a.c_hi, s.s_hi, s.s_hi - s.ctx_tokens AS s_lo, s.step_id, s.ctx_reqs
     FROM anchors a ASOF JOIN st s ON s.tsrc = a.tsrc AND a.done_ns + 2000000 >= s.end_ns),
+fixed AS (
+    -- Closings of the computed stream, as in (1) above: the last completer of a step that carries no chunk over
+    -- ends at the step's last token, so the offset there is exact.
+    SELECT source_id, run_line, tsrc, c_hi, s_hi - c_hi AS o
+    FROM (SELECT *, count(*) OVER (PARTITION BY source_id, run_line, tsrc, step_id) AS n_done,
+                 max(c_hi) OVER (PARTITION BY source_id, run_line, tsrc, step_id) AS last_c FROM lastk)
+    WHERE c_hi = last_c AND ctx_reqs = n_done),
 iv AS (
     SELECT source_id, run_line, tsrc, c_hi, s_lo - c_hi AS lo, s_hi - c_hi AS hi,
            -- Over the anchor and its neighbours: the offsets every one of them allows, (max lo, min hi].
@@ -216,10 +223,21 @@ anchored AS (
     -- A local offset per anchor: the tightest value its 8 neighbours either side all allow; where they disagree
     -- (a cut prefill shifts the stream up from there on), the tightest it and its next 8 anchors allow, else its
     -- 2 neighbours', else its own interval's upper end.
-    SELECT source_id, run_line, tsrc, c_hi,
-           CASE WHEN wl8 < wh8 THEN wh8 WHEN fl8 < fh8 THEN fh8 WHEN wl2 < wh2 THEN wh2 ELSE hi END AS o,
-           wl2 < wh2 AS consistent
-    FROM iv),
+    -- Between two closings the offset lies between theirs (the stream shifts only one way in between: up at a
+    -- cut prefill, down at a cache hit the inference missed), so the local value is clamped to that range;
+    -- where both closings agree, that pins it even through a run of steps that all carry a chunk over.
+    SELECT i.source_id, i.run_line, i.tsrc, i.c_hi,
+           CASE WHEN p.o IS NULL OR n.o IS NULL THEN i.o0
+                ELSE least(greatest(i.o0, least(p.o, n.o)), greatest(p.o, n.o)) END AS o,
+           i.consistent
+    FROM (SELECT source_id, run_line, tsrc, c_hi,
+                 CASE WHEN wl8 < wh8 THEN wh8 WHEN fl8 < fh8 THEN fh8 WHEN wl2 < wh2 THEN wh2 ELSE hi END AS o0,
+                 wl2 < wh2 AS consistent
+          FROM iv) i
+    ASOF LEFT JOIN fixed p ON p.source_id = i.source_id AND p.run_line = i.run_line AND p.tsrc = i.tsrc
+                          AND i.c_hi >= p.c_hi
+    ASOF LEFT JOIN (SELECT source_id, run_line, tsrc, -c_hi AS neg, o FROM fixed) n
+      ON n.source_id = i.source_id AND n.run_line = i.run_line AND n.tsrc = i.tsrc AND -i.c_hi >= n.neg),
 agree AS (
     SELECT source_id, run_line, tsrc, avg(CASE WHEN consistent THEN 1.0 ELSE 0.0 END) AS agreement
     FROM anchored GROUP BY ALL),
