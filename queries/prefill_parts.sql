@@ -180,8 +180,8 @@ split AS (
     WINDOW grp AS (PARTITION BY g.source_id, g.run_line, g.cache_group)),
 cached AS (
     SELECT source_id, run_line, request_id, c_hi, cache_group,
-           CASE WHEN all_forced OR h IS NULL OR deficit % h <> 0 OR deficit // h > n_fit THEN cached_tokens
-                WHEN fit_rank <= deficit // h THEN h ELSE 0 END AS cached_tokens,
+           CAST(CASE WHEN all_forced OR h IS NULL OR deficit % h <> 0 OR deficit // h > n_fit THEN cached_tokens
+                     WHEN fit_rank <= deficit // h THEN h ELSE 0 END AS BIGINT) AS cached_tokens,
            CASE WHEN all_forced THEN 'exact'
                 WHEN h IS NOT NULL AND deficit % h = 0 AND deficit // h = n_fit THEN 'typical_hit'
                 ELSE 'ambiguous' END AS cache_confidence
