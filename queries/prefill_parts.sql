@@ -26,28 +26,32 @@
 --
 -- Prefix caching (vLLM's automatic prefix caching, SGLang's radix cache): a request computes only its prompt
 -- minus a cached prefix, and the annotation counts only computed tokens, so the replay streams each episode's
--- prompt minus its inferred `cached_tokens`. The store keeps prompt lengths, not prompt token ids, so the cache is
--- inferred from the token-count arithmetic alone, and only where the evidence shows one: a server log reporting a
--- prefix-cache hit rate above 0 (or no log that reports one) and a deficit of step tokens. The evidence:
+-- prompt minus its inferred `cached_tokens`. It is inferred only where the evidence shows a cache: a server log
+-- reporting a prefix-cache hit rate above 0 (or no log that reports one) and no engine configuration saying prefix
+-- caching is off (vLLM V0's default, `enable_prefix_caching=None`). The evidence each conclusion rests on:
 -- (1) a step whose context-request count (`ctx_reqs`) equals the number of requests that complete in it carries no
 --     chunk over to the next step, so its last completer ends exactly at the step's last token: the stream
 --     offset there, `o = s_hi - c_hi`, is exact ("closing");
 -- (2) between two closings the step tokens must equal the prompts of the requests completing there minus their
 --     cached prefixes, so the deficit `o_prev - o_next` is the group's total cached tokens (none when <= 0:
 --     the other shift, a prefill cut by a preemption, adds tokens);
--- (3) each member's completion step bounds its own end: `lo < o_r <= hi` as for the anchors below, and the offset
---     only falls along the stream (a cache hit never adds tokens), so o_r lies in
---     [max(o_next, max over later members of lo + 1), min(o_prev, min over earlier members of hi)].
--- Within those bounds each member takes the highest offset (the least cache the counts force so far: a hit is
--- placed on the latest request that can hold it); a hit is never larger than prompt - 1 tokens (vLLM and SGLang
--- compute at least one). A group whose members' bounds all meet is `exact` (every share of the deficit forced).
--- (4) The run's typical hit h is the most common hit the counts force alone: requests sharing one system prompt
+-- (3) a hit is at most the member's cap: prompt - 1 tokens (vLLM and SGLang always compute one), and, when a
+--     vLLM log printed the prompts' token ids, no more than the whole blocks the prompt shares with an earlier
+--     one (`requests.shared_prefix_tokens`);
+-- (4) each member's completion step bounds its own end, `lo < o_r <= hi` as for the anchors below, the offset
+--     only falls along the stream (a hit never adds tokens), and the caps bound each fall, so o_r lies in
+--     [max(o_next, later members' lo + 1, o_prev - caps so far), min(o_prev, earlier members' hi, o_next + caps
+--     still to come)]. Each member takes the highest offset those bounds allow (the least cache the counts force
+--     so far). A group whose members' bounds all meet is `exact`: every share of the deficit is forced.
+-- (5) The run's typical hit h is the most common hit the counts force alone: requests sharing one system prompt
 --     all hit the same whole blocks of it.
--- (5) In a group the counts leave open, a deficit of k typical hits goes to the k members whose prompts can hold
---     one (prompt > h), the longest first: `typical_hit` when exactly k can (then it is the only such split),
---     else `ambiguous`: another member of the same group (`cache_group`) could hold it, which `spike_culprits`
---     reports. A deficit that is no whole number of typical hits keeps the placement of the bounds (`ambiguous`). Without closings (no `ctx_reqs`, or requests missing from the client
--- file) nothing is inferred and every prompt counts in full.
+-- (6) In a group the counts leave open, a deficit of k typical hits goes to the k members whose cap can hold one,
+--     the longest prompts first: `typical_hit` when exactly k can (the only such split), else `ambiguous`:
+--     another member of the same group (`cache_group`) could hold it, which `spike_culprits` reports. A deficit
+--     that is no whole number of typical hits keeps the placement of (4) and is `ambiguous`.
+-- Without closings (no `ctx_reqs`, or requests missing from the client file) nothing is inferred from the counts.
+-- Prefill-only steps without counts (vLLM V0 traces) take each request's shared prefix (3) as its hit, when the
+-- evidence shows a cache (`shared_prefix`): the one request that first computed it shares nothing earlier.
 --
 -- Matching a client token to the step that produced it allows 2 ms of slack: client clocks aligned to a trace
 -- can sit a few hundred µs before the step end, and steps are tens of ms apart.
@@ -121,8 +125,13 @@ rq_full AS (
                                   ORDER BY bucket, server_index NULLS LAST, request_index) AS BIGINT) AS c_hi
     FROM bucketed),
 cache_on AS (
-    -- Evidence that a prefix cache served tokens: a log reporting a hit rate above 0, or no log reporting one.
-    SELECT count(prefix_cache_hit_rate_pct) = 0 OR max(prefix_cache_hit_rate_pct) > 0 AS on_ FROM engine_stats),
+    -- Evidence that a prefix cache served tokens: a log reporting a hit rate above 0, or no log reporting one;
+    -- and no engine configuration saying prefix caching is off without another saying it is on (vLLM V0's
+    -- default prints `enable_prefix_caching=None`; V1 prints True when on, its default).
+    SELECT (SELECT count(prefix_cache_hit_rate_pct) = 0 OR max(prefix_cache_hit_rate_pct) > 0 FROM engine_stats)
+           AND (coalesce(bool_or(lower(value) IN ('true', '1')), false)
+                OR NOT coalesce(bool_or(lower(value) IN ('false', '0', 'none')), false)) AS on_
+    FROM engine_config WHERE key LIKE '%enable_prefix_caching'),
 ends0 AS (
     -- Each episode completing inside its reference trace, with its completion step and the offset bounds it sets.
     SELECT q.source_id, q.run_line, ref.tsrc, q.c_hi, s.step_id, s.ctx_reqs,
