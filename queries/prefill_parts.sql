@@ -50,8 +50,9 @@
 --     another member of the same group (`cache_group`) could hold it, which `spike_culprits` reports. A deficit
 --     that is no whole number of typical hits keeps the placement of (4) and is `ambiguous`.
 -- Without closings (no `ctx_reqs`, or requests missing from the client file) nothing is inferred from the counts.
--- Prefill-only steps without counts (vLLM V0 traces) take each request's shared prefix (3) as its hit, when the
--- evidence shows a cache (`shared_prefix`): the one request that first computed it shares nothing earlier.
+-- Prefill-only steps without counts (vLLM V0 traces) take each request's shared prefix (3) as its hit
+-- (`shared_prefix`), when the evidence shows a cache and a request long enough to hold that prefix had finished
+-- its prefill before the step: the one request that first computed it shares nothing earlier.
 --
 -- Matching a client token to the step that produced it allows 2 ms of slack: client clocks aligned to a trace
 -- can sit a few hundred µs before the step end, and steps are tens of ms apart.
@@ -319,9 +320,13 @@ JOIN (SELECT source_id, run_line, request_id, first_token_ns AS t_ns, 0 AS gener
  AND t.t_ns BETWEEN k.end_ns - 2000000 AND k.end_ns + 2000000
 JOIN rq0 q ON q.source_id = t.source_id AND q.run_line = t.run_line AND q.request_id = t.request_id
 -- Without step counts, the cache serves what the prompt shares with an earlier one (whole blocks, as the log's
--- token ids show), when a cache is in evidence.
-CROSS JOIN LATERAL (SELECT CASE WHEN (SELECT on_ FROM cache_on)
-                                THEN CAST(least(coalesce(q.shared_max, 0), q.prompt_tokens - 1) AS BIGINT)
+-- token ids show), when a cache is in evidence and a request long enough to hold that prefix finished its
+-- prefill before this step began (a prefix is cached only once a step has computed it: the first reuse can sit
+-- in the same step as the first use).
+CROSS JOIN LATERAL (SELECT CASE WHEN (SELECT on_ FROM cache_on) AND q.shared_max > 0 AND EXISTS (
+                                    SELECT 1 FROM rq0 e WHERE e.source_id = q.source_id AND e.run_line = q.run_line
+                                      AND e.first_token_ns <= k.start_ns AND e.prompt_tokens > q.shared_max)
+                                THEN CAST(least(q.shared_max, q.prompt_tokens - 1) AS BIGINT)
                                 ELSE 0 END AS cached) pc
 UNION ALL
 -- Mixed steps without token counts (an SGLang MIXED marker): decodes finish there too, so their prefill work
