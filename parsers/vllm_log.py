@@ -29,6 +29,8 @@ from .logrecords import dedup_note
 from .logtime import Local, WallClock, check_zone, choose_year, full_date_ns
 from .vllm_log_config import ConfigCollector
 
+BLOCK = 16  # vLLM's default KV-cache block (--block-size on CUDA): prefix caching shares whole blocks
+
 PATTERNS = P.PATTERNS
 VERSION = "1.0"
 MSG_MAX = 4096  # characters of a message kept in log_events
@@ -115,6 +117,7 @@ class _Run:
         self.last_ns: int | None = None
         self.config = ConfigCollector()
         self.saw_stats = {"V0": 0, "V1": 0}
+        self.prefix_keys: list[pa.Table] = []   # per Received line with token ids: its 16-token prompt-block keys
         self.lines = 0
         self.raw_bytes = 0
         self.bad_utf8_kept = 0
@@ -479,6 +482,7 @@ class _Run:
             c("params").str.extract(P.MAX_TOKENS.regex, 1).cast(pl.Int32, strict=False).alias("max_tokens"))
         self._emit("request_events", ok.select(c("line_no"), c("request_id"), pl.lit("received").alias("event"),
                                                    c("ts_ns")))
+        self._prompt_blocks(g.filter(c("request_id").is_not_null()))
         # The request row itself, written now (its params are most of its bytes); finish time, status and
         # request_index come from the lifecycle events at the end of the file.
         endpoint = (pl.when(c("request_id").str.starts_with("chatcmpl-")).then(pl.lit("chat_completions"))
@@ -488,6 +492,41 @@ class _Run:
             pl.lit("server").alias("kind"), c("ts_ns").alias("arrival_ns"), c("prompt_tokens"), c("max_tokens"),
             endpoint.alias("endpoint"), c("params")))
         return g.filter(c("request_id").is_null())["line_no"]
+
+    def _prompt_blocks(self, g: pl.DataFrame) -> None:
+        """Chain keys of each prompt's whole 16-token blocks (vLLM's default KV block), for `shared_prefix_tokens`:
+        block j's key sums a hash of every block up to j with its position, so equal keys mean equal prefixes."""
+        t = g.select(c("line_no"), c("request_id"),
+                     c("ids").str.strip_chars("[]").str.split(", ").alias("t")).filter(c("t").list.len() >= BLOCK)
+        if t.height == 0:
+            return
+        ex = t.explode("t").with_columns(pl.int_range(pl.len()).over("line_no").alias("pos"))
+        ex = ex.filter(c("pos") < c("pos").max().over("line_no") + 1 - (c("pos").max().over("line_no") + 1) % BLOCK)
+        blk = ex.group_by("line_no", "request_id", (c("pos") // BLOCK).alias("b"), maintain_order=True).agg(
+            c("t").str.join(",").alias("s"))
+        blk = blk.with_columns((pl.concat_str([c("b").cast(pl.String), pl.lit(":"), c("s")]).hash(11) % (1 << 40))
+                               .alias("h"))
+        self.prefix_keys.append(blk.select(c("line_no"), c("request_id"), c("b"),
+                                           c("h").cum_sum().over("line_no").alias("key")).to_arrow())
+
+    def _shared_prefixes(self) -> None:
+        """requests.shared_prefix_tokens: whole blocks each prompt shares with a prompt received before it."""
+        if not self.prefix_keys:
+            return
+        keys = pa.concat_tables(self.prefix_keys)
+        self.con.register("_vllm_prefix_keys", keys)
+        try:
+            self.con.execute("""
+                UPDATE requests r SET shared_prefix_tokens = coalesce(s.n, 0) * $2
+                FROM (SELECT request_id, count(*) FILTER (WHERE first_line < line_no) AS n
+                      FROM (SELECT *, min(line_no) OVER (PARTITION BY b, key) AS first_line FROM _vllm_prefix_keys)
+                      GROUP BY request_id) s
+                WHERE r.source_id = $1 AND r.request_id = s.request_id""", [self.sid, BLOCK])
+            # Token ids printed but shorter than one block: nothing shareable.
+            self.con.execute("""UPDATE requests SET shared_prefix_tokens = 0 WHERE source_id = $1
+                                AND shared_prefix_tokens IS NULL AND prompt_tokens < $2""", [self.sid, BLOCK])
+        finally:
+            self.con.unregister("_vllm_prefix_keys")
 
     def _lifecycle(self, sub: pl.DataFrame) -> pl.Series | None:
         """Added / Finished / Aborted lines. The id is cut at the fixed offset after the verb; a line where that
@@ -590,6 +629,7 @@ class _Run:
         self._fold_prefix_hits()
         if ctx.counts.parsed:
             self._requests()
+            self._shared_prefixes()
         extra = pl.DataFrame({"line_no": [None], "key": ["engine"], "value": ["vllm"], "origin": ["parser"], "rank": [0]})
         if self.saw_stats["V0"] or self.saw_stats["V1"]:
             ev = "V1" if self.saw_stats["V1"] >= self.saw_stats["V0"] else "V0"

@@ -128,12 +128,13 @@ def _spikes(con, max_culprits: int) -> list[dict]:
         LEFT JOIN steps st ON st.step_id = coalesce(s.step_id, a.stalling_step_id)
         ORDER BY s.start_ns, s.spike_id""").pl()
     culprits = con.sql(f"""
-        SELECT spike_id, report_id, prompt_tokens, overlap_ns FROM spike_culprits
+        SELECT spike_id, report_id, prompt_tokens, overlap_ns, confidence, ambiguous_with FROM spike_culprits
         WHERE rank <= {int(max_culprits)} ORDER BY spike_id, rank""").pl()
     by_spike: dict[int, list[dict]] = {}
     for c in culprits.iter_rows(named=True):
         by_spike.setdefault(c["spike_id"], []).append(
-            {"request_id": c["report_id"], "prompt_tokens": c["prompt_tokens"], "overlap_ms": c["overlap_ns"] / 1e6})
+            {"request_id": c["report_id"], "prompt_tokens": c["prompt_tokens"], "overlap_ms": c["overlap_ns"] / 1e6,
+             "confidence": c["confidence"], "ambiguous_with": c["ambiguous_with"]})
     out = []
     for r in rows.iter_rows(named=True):
         ms = lambda v: None if v is None else v / 1e6  # noqa: E731

@@ -39,6 +39,9 @@ TABLES = [
             Col("endpoint", "VARCHAR", "", "`generate`, `generate_stream`, `chat_completions`, `completions`, ..."),
             Col("params", "VARCHAR", "", "Sampling parameters as printed (opaque text)."),
             Col("seed", "UBIGINT", "", "Sampling seed the engine used (TGI `seed=\"Some(N)\"`); NULL for greedy or unknown."),
+            Col("shared_prefix_tokens", "INTEGER", "tokens", "Prompt tokens, in whole 16-token blocks, that the prompt shares with one received "
+                "earlier in the same log (vLLM `Received request` lines with `prompt_token_ids`): the most vLLM's prefix cache can "
+                "serve it. NULL when the log prints no token ids."),
         ),
         group=G,
     ),

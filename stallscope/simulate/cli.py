@@ -57,6 +57,12 @@ def simulate_cmd(
     replay: Optional[Path] = typer.Option(None, help="Replay arrivals and lengths from a stallscope store."),
     start: str = typer.Option("2025-04-01T16:00:00Z", help="Wall-clock time of the benchmark start (UTC)."),
     spike_k: float = typer.Option(3.0, help="Relative spike rule of truth.json: gap > k x predicted decode step."),
+    shared_prefix: Optional[str] = typer.Option(None, help="FRACTION:TOKENS: that share of the requests starts with "
+                                                             "one common prefix of TOKENS tokens, e.g. 0.7:1536."),
+    prefix_caching: Optional[bool] = typer.Option(None, "--prefix-caching/--no-prefix-caching",
+                                                  help="Serve the shared prefix from the KV cache (vLLM: 16-token "
+                                                       "blocks; sglang: radix, per token). Default: on with "
+                                                       "--shared-prefix."),
     gzip_kinds: Optional[str] = typer.Option(None, "--gzip", help="Artifacts to gzip: a comma list of bench, vllm, "
                                                                   "tgi, sglang, truth, or all."),
 ):
@@ -73,7 +79,8 @@ def simulate_cmd(
                    max_num_seqs=max_num_seqs, kv_cache_tokens=kv_cache_tokens, mixed_chunk=mixed_chunk,
                    slo=parse_slo(slo), start=start, attention_backend=attention_backend.value if attention_backend
                    else None, trace_layers=trace_layers, trace_annotation=trace_annotation.value,
-                   replay=str(replay) if replay else None, spike_k=spike_k)
+                   replay=str(replay) if replay else None, spike_k=spike_k, shared_prefix=shared_prefix,
+                   prefix_caching=prefix_caching)
     t0 = time.perf_counter()
     run = execute(spec)
     t_sim = time.perf_counter() - t0
@@ -92,6 +99,9 @@ def simulate_cmd(
             ("median decode gap", f"{s['median_decode_gap_ms']:.1f} ms"), ("max gap", f"{s['max_gap_ms']:.1f} ms"),
             ("spikes (truth)", f"{s['spikes']:,} ({s['spikes_ambiguous']:,} within 10% of a threshold)"),
             ("preemptions", f"{s['preemptions']:,}")]
+    if "cached_tokens" in s:
+        rows.append(("prefix-cache hits", f"{s['cached_tokens']:,} prompt tokens "
+                                          f"({s['prefix_cache_hit_rate'] * 100:.1f} % of {s['prompt_tokens']:,})"))
     if spec.slo:
         rows += [("good requests", f"{s['good']:,} of {s['requests']:,}"), ("goodput", f"{s['goodput_rps']:.3f} req/s"),
                  ("goodput lost to prefill", f"{s['goodput_lost_rps']:.3f} req/s ({s['requests_lost']} requests)")]

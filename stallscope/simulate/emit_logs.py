@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from .runner import Run
-from .text import text_of, token_ids
+from .text import BOS, text_of, token_ids
 
 V1_VERSION = "0.10.1.1"
 V0_VERSION = "0.8.3"
@@ -68,6 +68,15 @@ def _rec(prefix: str, level: str, file_line: str, t_ns: np.ndarray, msg: pl.Expr
 
 def _prompts(run: Run) -> tuple[list[str], list[str]]:
     ids, req = token_ids(run.spec.seed, run.workload.prompt_len, salt=1)
+    pre = run.workload.prefix_len
+    if pre is not None and len(ids):
+        # Prompts that share the prefix start with the same ids (BOS, then one fixed system prompt).
+        starts = np.concatenate([[0], np.cumsum(run.workload.prompt_len)[:-1]])
+        pos = np.arange(len(ids)) - starts[req]
+        shared = np.random.default_rng([run.spec.seed, 150]).integers(100, 128000, max(int(pre.max()), 1))
+        shared[0] = BOS
+        m = pos < pre[req]
+        ids[m] = shared[pos[m]]
     texts = text_of(ids, req, run.n)
     id_txt = pl.DataFrame({"r": req, "v": ids}).group_by("r", maintain_order=True).agg(
         pl.col("v").cast(pl.String).str.join(", "))["v"].to_list()
@@ -111,6 +120,26 @@ def _stats_series(run: Run, times_rel: np.ndarray, interval_s: np.ndarray):
     return prm / interval_s, gen / interval_s, np.maximum(running, 0), np.maximum(waiting, 0), kv
 
 
+def _hit_rates(run: Run, times_rel: np.ndarray, window: int | None) -> np.ndarray:
+    """Prefix-cache hit rate (%) at each log time from the engine's admissions scheduled before it: hits over
+    prompt tokens queried, over the last `window` admissions (vLLM V1 keeps the last 1000 requests' queries) or
+    since start (None, V0's cumulative GPU block hit rate). Zero without prefix caching."""
+    sim = run.sim
+    if sim.ch_hit is None:
+        return np.zeros(len(times_rel))
+    adm = sim.ch_ctx == sim.ch_hit            # an admission's chunk starts at its hit; continuations start later
+    t = sim.start_ns[sim.ch_step[adm]]
+    q = run.workload.prompt_len[sim.ch_req[adm]].astype(np.float64)
+    h = sim.ch_hit[adm].astype(np.float64)
+    order = np.argsort(t, kind="stable")
+    t, q, h = t[order], q[order], h[order]
+    cq, ch = np.concatenate([[0.0], np.cumsum(q)]), np.concatenate([[0.0], np.cumsum(h)])
+    hi = np.searchsorted(t, times_rel, side="right")
+    lo = np.maximum(hi - window, 0) if window else np.zeros_like(hi)
+    qs = cq[hi] - cq[lo]
+    return np.where(qs > 0, (ch[hi] - ch[lo]) / np.where(qs > 0, qs, 1.0) * 100, 0.0)
+
+
 def vllm_v1(run: Run) -> bytes:
     spec, pre = run.spec, run.preset
     pa, pe, pw = run.pids["api"], run.pids["engine"], run.pids["worker"]
@@ -124,6 +153,9 @@ def vllm_v1(run: Run) -> bytes:
     nd = {"model_tag": model, "model": model, "max_model_len": pre.max_model_len,
           "tensor_parallel_size": pre.tp, "max_num_batched_tokens": budget, "max_num_seqs": spec.max_num_seqs,
           "enable_log_requests": True}
+    apc = run.sim.config.prefix_caching or spec.shared_prefix is None  # V1 default: on
+    if not apc:
+        nd["enable_prefix_caching"] = False
     nd_txt = "{" + ", ".join(f"'{k}': {v!r}" for k, v in nd.items()) + "}"
     comp = ('{"level":3,"debug_dump_path":"","cache_dir":"","backend":"","custom_ops":[],"splitting_ops":'
             '["vllm.unified_attention","vllm.unified_attention_with_output","vllm.mamba_mixer2"],"use_inductor":true,'
@@ -142,7 +174,7 @@ def vllm_v1(run: Run) -> bytes:
             f"disable_fallback=False, disable_any_whitespace=False, disable_additional_properties=False, "
             f"reasoning_backend=''), observability_config=ObservabilityConfig(show_hidden_metrics_for_version=None, "
             f"otlp_traces_endpoint=None, collect_detailed_traces=None), seed=0, served_model_name={model}, "
-            f"enable_prefix_caching=True, chunked_prefill_enabled=True, use_async_output_proc=True, "
+            f"enable_prefix_caching={apc}, chunked_prefill_enabled=True, use_async_output_proc=True, "
             f"pooler_config=None, compilation_config={comp}")
     kv_gib = cap * pre.kv_bytes_per_token() / pre.tp / 2 ** 30
     startup = [
@@ -217,15 +249,17 @@ def _stats_v1(run: Run, L: _Lines, A: str) -> None:
     if len(times) == 0:
         return
     prm, gen, running, waiting, kv = _stats_series(run, times, np.full(len(times), 10.0))
+    hit = _hit_rates(run, times, 1000)
     keep = (prm > 0) | (gen > 0) | (running > 0) | (waiting > 0)  # idle intervals are logged at DEBUG
     df = pl.DataFrame({"t": run.wall(times[keep]), "p": prm[keep], "g": gen[keep], "r": running[keep],
-                       "w": waiting[keep], "kv": kv[keep]})
+                       "w": waiting[keep], "kv": kv[keep], "h": hit[keep]})
     s = df.select(pl.concat_str([
         pl.lit(f"{A}INFO "), _ts(pl.col("t"), "%m-%d %H:%M:%S"),
         pl.lit(" [loggers.py:123] Engine 000: Avg prompt throughput: "), _f1("p"),
         pl.lit(" tokens/s, Avg generation throughput: "), _f1("g"), pl.lit(" tokens/s, Running: "),
         pl.col("r").cast(pl.String), pl.lit(" reqs, Waiting: "), pl.col("w").cast(pl.String),
-        pl.lit(" reqs, GPU KV cache usage: "), _f1("kv"), pl.lit("%, Prefix cache hit rate: 0.0%")]).alias("s"))["s"]
+        pl.lit(" reqs, GPU KV cache usage: "), _f1("kv"), pl.lit("%, Prefix cache hit rate: "), _f1("h"),
+        pl.lit("%")]).alias("s"))["s"]
     L.add(df["t"].to_numpy(), s)
 
 
@@ -242,6 +276,7 @@ def vllm_v0(run: Run) -> bytes:
     model = pre.model
     budget = spec.resolved_budget()
     cap = run.sim.config.kv_capacity(pre)
+    apc = "True" if run.sim.config.prefix_caching else "None"
     args = (f"args: Namespace(host=None, port=8000, uvicorn_log_level='info', disable_uvicorn_access_log=False, "
             f"allow_credentials=False, allowed_origins=['*'], allowed_methods=['*'], allowed_headers=['*'], "
             f"api_key=None, lora_modules=None, prompt_adapters=None, chat_template=None, response_role='assistant', "
@@ -249,7 +284,7 @@ def vllm_v0(run: Run) -> bytes:
             f"code_revision=None, tokenizer_revision=None, tokenizer_mode='auto', trust_remote_code=False, "
             f"load_format='auto', dtype='auto', kv_cache_dtype='auto', max_model_len={pre.max_model_len}, "
             f"distributed_executor_backend=None, pipeline_parallel_size=1, tensor_parallel_size={pre.tp}, "
-            f"block_size=None, enable_prefix_caching=None, disable_sliding_window=False, use_v2_block_manager=True, "
+            f"block_size=None, enable_prefix_caching={apc}, disable_sliding_window=False, use_v2_block_manager=True, "
             f"seed=None, swap_space=4, cpu_offload_gb=0, gpu_memory_utilization=0.9, num_gpu_blocks_override=None, "
             f"max_num_batched_tokens={budget}, max_num_partial_prefills=1, max_long_partial_prefills=1, "
             f"long_prefill_token_threshold=0, max_num_seqs={spec.max_num_seqs}, max_logprobs=20, "
@@ -265,7 +300,7 @@ def vllm_v0(run: Run) -> bytes:
             f"observability_config=ObservabilityConfig(show_hidden_metrics=False, otlp_traces_endpoint=None, "
             f"collect_model_forward_time=False, collect_model_execute_time=False), seed=0, "
             f"served_model_name={model}, num_scheduler_steps=1, multi_step_stream_outputs=True, "
-            f"enable_prefix_caching=None, chunked_prefill_enabled=False, use_async_output_proc=True, "
+            f"enable_prefix_caching={apc}, chunked_prefill_enabled=False, use_async_output_proc=True, "
             f"disable_mm_preprocessor_cache=False, mm_processor_kwargs=None, pooler_config=None, "
             f'compilation_config={{"splitting_ops":[],"compile_sizes":[],"cudagraph_capture_sizes":[256,248,240,232,'
             f'224,216,208,200,192,184,176,168,160,152,144,136,128,120,112,104,96,88,80,72,64,56,48,40,32,24,16,8,4,2,1],'
@@ -330,6 +365,13 @@ def vllm_v0(run: Run) -> bytes:
             pl.col("r").cast(pl.String), pl.lit(" reqs, Swapped: 0 reqs, Pending: "), pl.col("w").cast(pl.String),
             pl.lit(" reqs, GPU KV cache usage: "), _f1("kv"), pl.lit("%, CPU KV cache usage: 0.0%.")]).alias("s"))["s"]
         L.add(df["t"].to_numpy(), s)
+        if run.sim.config.prefix_caching:
+            # With --enable-prefix-caching V0 follows each stats line with its cumulative block hit rates.
+            df = df.with_columns(h=pl.Series(_hit_rates(run, tr, None)))
+            L.add(df["t"].to_numpy(), df.select(pl.concat_str([
+                pl.lit("INFO "), _ts(pl.col("t"), "%m-%d %H:%M:%S"),
+                pl.lit(" [metrics.py:504] Prefix cache hit rate: GPU: "), _f2("h"),
+                pl.lit("%, CPU: 0.00%")]).alias("s"))["s"])
     return L.text()
 
 

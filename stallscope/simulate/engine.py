@@ -9,6 +9,18 @@ Policies (one engine iteration = one "step"):
             chunk cut to the budget left.
 - `sglang`  SGLang chunked prefill: `budget` is chunked_prefill_size (prefill tokens only); a prefill batch runs
             as its own forward in which decodes do not advance, unless mixed chunking is on (`mixed_chunk`).
+Prefix caching (`prefix_caching`, off by default): a request whose prompt starts with the workload's shared prefix
+(`Workload.prefix_len`) finds, when it is admitted, the part of that prefix some earlier request has already
+computed. vLLM (`v0`, `chunked`) hashes whole KV blocks (`cache_block`, default 16 tokens: only full blocks of the
+prefix are shared); SGLang's radix cache is token-granular (page size 1). Either way at least one prompt token is
+computed (vLLM caps a hit at num_tokens - 1, SGLang matches at most input_len - 1). The cached tokens are skipped
+at admission: they count neither in the step's token budget nor in its computed tokens, but the request's chunks
+attend over them (a chunk's context `ch_ctx` starts at the hit), and its KV holds them. The prefix enters the cache
+at the end of the step that computed it (vLLM caches a block once it is full and computed; SGLang inserts each
+chunk into the radix tree), and then stays: the requests that share it keep it referenced, so LRU eviction of it
+is not modelled. KV usage counts each request's whole context (shared blocks are not deduplicated), so under
+memory pressure this engine preempts a little earlier than vLLM would. A re-prefill after a preemption hits the
+shared prefix again (its own blocks are taken as evicted).
 All policies cap running requests at max_num_seqs and hold a KV cache of `kv_cache_tokens` tokens; when a step
 cannot get the KV it needs, the most recently admitted running request is preempted (recompute: its KV is freed,
 it goes back to the head of the queue and later re-prefills prompt + generated tokens).
@@ -45,10 +57,14 @@ class EngineConfig:
     max_num_seqs: int = 256
     kv_cache_tokens: int | None = None   # None: the preset's capacity
     mixed_chunk: bool = False            # sglang --enable-mixed-chunk
+    prefix_caching: bool = False         # serve the workload's shared prefix from the KV cache (see the module doc)
+    cache_block: int | None = None       # prefix-cache granularity in tokens; None: 16 (vLLM) or 1 (sglang radix)
 
     def validate(self, workload: Workload, preset: Preset) -> None:
         if self.policy not in POLICIES:
             raise StallscopeError(f"unknown policy {self.policy!r}; use one of {', '.join(POLICIES)}")
+        if self.cache_block is not None and self.cache_block < 1:
+            raise StallscopeError("the prefix-cache block size must be positive")
         if self.budget < 1 or self.max_num_seqs < 1:
             raise StallscopeError("--budget and --max-num-seqs must be positive")
         if self.policy == "chunked" and self.budget < self.max_num_seqs:
@@ -64,6 +80,11 @@ class EngineConfig:
         if need > cap:
             raise StallscopeError(f"a request needs {need} KV tokens but the KV cache holds {cap}: "
                                   "raise --kv-cache-tokens or shorten the requests")
+
+    def cache_granularity(self) -> int:
+        if self.cache_block is not None:
+            return int(self.cache_block)
+        return 1 if self.policy == "sglang" else 16
 
     def kv_capacity(self, preset: Preset) -> int:
         return int(self.kv_cache_tokens if self.kv_cache_tokens is not None else preset.kv_cache_tokens)
@@ -105,6 +126,9 @@ class SimResult:
     step_of_decode: np.ndarray  # decode index D -> step index
     preemptions: np.ndarray     # per request
     wall_s: float = 0.0
+    # prefix caching (None when it is off): tokens served from the cache at each admission
+    ch_hit: np.ndarray | None = None         # per chunk: cached tokens found when this chunk admitted the request
+    cached_tokens: np.ndarray | None = None  # per request: cached tokens at its first admission
 
     @property
     def n_steps(self) -> int:
@@ -180,6 +204,11 @@ def simulate(workload: Workload, preset: Preset, config: EngineConfig, seed: int
     d0 = [0] * n              # D at which the current decode segment started
     p0 = [0] * n              # KV tokens held when the current decode segment started
     preempt = [0] * n
+    caching = bool(config.prefix_caching) and workload.prefix_len is not None
+    blk = config.cache_granularity()
+    PL = workload.prefix_len.tolist() if caching else None
+    avail = 0                 # tokens of the shared prefix in the cache (whole blocks)
+    first_hit = [-1] * n
 
     waiting: deque[int] = deque()
     partial: list[int] = []   # requests with an unfinished prefill, in running order
@@ -198,7 +227,7 @@ def simulate(workload: Workload, preset: Preset, config: EngineConfig, seed: int
                ("noise", np.float64), ("nwait", np.int32), ("nrun", np.int32), ("kvused", np.int64),
                ("decoders", np.int32)])
     cb = _Buf([("step", np.int64), ("req", np.int64), ("tok", np.int64), ("ctx", np.int64), ("last", np.int8),
-               ("recomp", np.int8)])
+               ("recomp", np.int8), ("hit", np.int64)])
     gb = _Buf([("req", np.int64), ("d0", np.int64), ("cnt", np.int64)])
     dec_steps: list[int] = []
     noise = noise_factors(rng, 1 << 16, preset)
@@ -238,15 +267,26 @@ def simulate(workload: Workload, preset: Preset, config: EngineConfig, seed: int
             return True
         return False
 
-    def admit(c: int) -> int:
-        """Admit the head of the waiting queue with a first chunk of `c` tokens; returns `c`."""
-        nonlocal n_running
+    def hit(r: int) -> int:
+        """Prompt tokens of r the prefix cache serves if r is admitted now (0 without prefix caching)."""
+        if not caching or not PL[r]:
+            return 0
+        h = min(avail, PL[r], target[r] - 1)
+        return h - h % blk
+
+    def admit(c: int, h: int = 0) -> int:
+        """Admit the head of the waiting queue with `h` cached tokens and a first chunk of `c`; returns `c`."""
+        nonlocal n_running, kv_partial
         r = waiting.popleft()
         state[r] = 2
         partial.append(r)
         running_order.append(r)
         n_running += 1
-        parts.append((r, c, 0))
+        kv_partial += h
+        parts.append((r, c, h))
+        hits.append(h)
+        if first_hit[r] < 0:
+            first_hit[r] = h
         return c
 
     def gb_append(r, start, cnt):
@@ -276,6 +316,7 @@ def simulate(workload: Workload, preset: Preset, config: EngineConfig, seed: int
         kv_used = S - n_dec + n_dec * D + kv_partial
         free = CAP - kv_used
         parts: list[tuple[int, int, int]] = []
+        hits: list[int] = []      # per part: cached tokens found at admission (0 for a continuing chunk)
         step_dec = n_dec
         if policy == "chunked":
             preempted_now = False
@@ -291,26 +332,29 @@ def simulate(workload: Workload, preset: Preset, config: EngineConfig, seed: int
                     break
                 c = min(target[r] - computed[r], left, free)
                 parts.append((r, c, computed[r]))
+                hits.append(0)
                 left -= c
                 free -= c
             # vLLM V1 admits no waiting request in a step that had to preempt.
             while waiting and left > 0 and n_running < max_seqs and not preempted_now:
                 r = waiting[0]
-                c = min(target[r], left)
-                if c > free:
+                h = hit(r)
+                c = min(target[r] - h, left)
+                if c + h > free:
                     break
-                admit(c)
+                admit(c, h)
                 left -= c
-                free -= c
+                free -= c + h
         elif policy == "v0":
             tok = 0
             while waiting and n_running < max_seqs:
                 r = waiting[0]
-                need = target[r]
-                if tok + need > C or need > free:
+                h = hit(r)
+                need = target[r] - h
+                if tok + need > C or need + h > free:
                     break
-                tok += admit(need)
-                free -= need
+                tok += admit(need, h)
+                free -= need + h
             if parts:
                 step_dec = 0
             else:
@@ -328,17 +372,19 @@ def simulate(workload: Workload, preset: Preset, config: EngineConfig, seed: int
                 if c <= 0:
                     break
                 parts.append((r, c, computed[r]))
+                hits.append(0)
                 left -= c
                 free -= c
             while waiting and left > 0 and n_running < max_seqs:
                 r = waiting[0]
-                c = min(target[r], left)
-                if c > free:
+                h = hit(r)
+                c = min(target[r] - h, left)
+                if c + h > free:
                     break
-                admit(c)
+                admit(c, h)
                 left -= c
-                free -= c
-                if c < target[r]:
+                free -= c + h
+                if c + h < target[r]:
                     break  # this request is now the chunked request; the batch is full
             if parts:
                 step_dec = n_dec if mixed else 0
@@ -393,15 +439,20 @@ def simulate(workload: Workload, preset: Preset, config: EngineConfig, seed: int
         if cb.n + len(parts) > len(ccols["req"]):
             cb.grow()
             ccols = cb.cols
-        for r, c, k in parts:
+        for (r, c, k), h in zip(parts, hits):
             i = cb.n
             ccols["step"][i] = step
             ccols["req"][i] = r
             ccols["tok"][i] = c
             ccols["ctx"][i] = k
             ccols["recomp"][i] = 1 if preempt[r] else 0
+            ccols["hit"][i] = h
             cb.n += 1
             computed[r] = k + c
+            if caching and PL[r]:
+                # The prefix enters the cache once computed: whole blocks in vLLM, every token in SGLang's radix.
+                got = min(k + c, PL[r])
+                avail = max(avail, got - got % blk)
             if k + c >= target[r]:
                 ccols["last"][i] = 1
                 partial.remove(r)
@@ -457,4 +508,6 @@ def simulate(workload: Workload, preset: Preset, config: EngineConfig, seed: int
         ch_recompute=c["recomp"], sg_req=g["req"], sg_d0=g["d0"], sg_count=g["cnt"],
         step_of_decode=np.asarray(dec_steps, dtype=np.int64), preemptions=np.asarray(preempt, dtype=np.int32),
         wall_s=time.perf_counter() - t_wall,
+        ch_hit=c["hit"] if caching else None,
+        cached_tokens=np.maximum(np.asarray(first_hit, dtype=np.int64), 0) if caching else None,
     )

@@ -18,7 +18,7 @@ from stallscope.errors import StallscopeError
 
 from .engine import EngineConfig, SimResult, simulate
 from .stepmodel import Preset, get_preset
-from .workload import Incident, LengthDist, Workload, from_store, synthesize
+from .workload import Incident, LengthDist, SharedPrefix, Workload, from_store, synthesize
 
 DEFAULT_START = "2025-04-01T16:00:00Z"
 ATTENTION_BACKENDS = ("fa3", "flashinfer", "v0-flash")
@@ -66,6 +66,11 @@ class RunSpec:
     trace_annotation: str = "basic"        # basic | detailed
     replay: str | None = None
     spike_k: float = 3.0
+    shared_prefix: str | None = None        # FRACTION:TOKENS, e.g. 0.7:1536
+    prefix_caching: bool | None = None      # default: on when there is a shared prefix
+
+    def resolved_prefix_caching(self) -> bool:
+        return bool(self.shared_prefix) if self.prefix_caching is None else bool(self.prefix_caching)
 
     def resolved_budget(self) -> int:
         if self.budget is not None:
@@ -82,6 +87,13 @@ class RunSpec:
         d = asdict(self)
         d["budget"] = self.resolved_budget()
         d["attention_backend"] = self.resolved_backend()
+        # Written only when used, so that runs without them keep their bytes.
+        if self.shared_prefix is None:
+            del d["shared_prefix"]
+        if self.prefix_caching is None and self.shared_prefix is None:
+            del d["prefix_caching"]
+        else:
+            d["prefix_caching"] = self.resolved_prefix_caching()
         return d
 
 
@@ -149,10 +161,14 @@ def execute(spec: RunSpec) -> Run:
     else:
         wl = synthesize(rng, rate=spec.rate, duration_s=spec.duration_s, burstiness=spec.burstiness,
                         prompt=LengthDist.parse(spec.prompt_len, lo=2, hi=preset.max_model_len - 1),
-                        output=out_dist, incident=Incident.parse(spec.incident), max_model_len=preset.max_model_len)
+                        output=out_dist, incident=Incident.parse(spec.incident), max_model_len=preset.max_model_len,
+                        shared_prefix=SharedPrefix.parse(spec.shared_prefix))
     if len(wl) == 0:
         raise StallscopeError("the workload has no requests (raise --rate or --duration)")
-    cfg = EngineConfig(spec.policy, spec.resolved_budget(), spec.max_num_seqs, spec.kv_cache_tokens, spec.mixed_chunk)
+    if spec.replay and spec.shared_prefix:
+        raise StallscopeError("--shared-prefix cannot be combined with --replay (a replayed store has no prompts)")
+    cfg = EngineConfig(spec.policy, spec.resolved_budget(), spec.max_num_seqs, spec.kv_cache_tokens, spec.mixed_chunk,
+                       prefix_caching=spec.resolved_prefix_caching())
     sim = simulate(wl, preset, cfg, spec.seed)
     crng = np.random.default_rng([spec.seed, 2])
     n = len(wl)

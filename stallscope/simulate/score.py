@@ -3,11 +3,14 @@
 Spikes are matched by (request, gap): a report spike names the server request id (or the benchmark index)
 and the chunk index that ended the gap (token_index = gap_index + 1). Gaps within the truth's ambiguity band
 (default ±10 %) of a threshold they are judged against are dropped from both sides, as truth.json invites:
-noise decides those, not the analysis.
+noise decides those, not the analysis. The top culprit is also scored on strong stalls alone (gap above
+4x the predicted decode-only step), where a wrong name misleads most.
 """
 from __future__ import annotations
 
 import numpy as np
+
+STRONG = 4.0  # a strong stall: gap above 4x the predicted decode-only step
 
 
 def _index_of(report_id: str | None, ids: dict[str, int]) -> int | None:
@@ -53,15 +56,19 @@ def score(report: dict, doc: dict) -> dict:
     recall = len(hit) / len(truth_keys) if truth_keys else 1.0
     precision = len(our_keys & set(truth)) / len(our_keys) if our_keys else 1.0
 
-    tops = right = 0
+    tops = right = strong = strong_right = 0
     for key in hit:
-        want = int(ts["top_culprit"][truth[key]])
+        i = truth[key]
+        want = int(ts["top_culprit"][i])
         if want < 0:
             continue
         tops += 1
         got = ours[key]["culprits"]
-        if got and _index_of(got[0]["request_id"], ids) == want:
-            right += 1
+        ok = bool(got) and _index_of(got[0]["request_id"], ids) == want
+        right += ok
+        if ts["gap_ms"][i] > STRONG * ts["pred_decode_ms"][i]:
+            strong += 1
+            strong_right += ok
     s = doc["summary"]
 
     def rel(a, b):
@@ -71,6 +78,7 @@ def score(report: dict, doc: dict) -> dict:
         "truth_spikes": len(truth_keys), "report_spikes": len(our_keys), "matched": len(hit),
         "recall": recall, "precision": precision,
         "top_culprit_checked": tops, "top_culprit_accuracy": right / tops if tops else 1.0,
+        "strong_checked": strong, "strong_top_culprit_accuracy": strong_right / strong if strong else 1.0,
         "goodput_rps": report["goodput_rps"], "truth_goodput_rps": s["goodput_rps"],
         "goodput_rel_err": rel(report["goodput_rps"] or 0.0, s["goodput_rps"]),
         "goodput_lost_rps": report["goodput_lost_rps"], "truth_goodput_lost_rps": s["goodput_lost_rps"],

@@ -16,6 +16,10 @@ The definitions (also in sample_traces/README.md, "How truth.json is computed"):
   `blame = min(e, X)` (spikes only). Culprits: the other requests whose chunks ran inside, `overlap_ms` = their
   interference scaled by min(1, e/X), ranked by overlap (ties: lower request index). Cause: "preemption" when the
   request's own recompute chunk is inside the gap, else "prefill" when X > 0, else "other".
+- Prefix caching (runs with a shared prefix): the chunks are what the engine computed, `tokens` after the cache
+  hit and `context_before` including the cached prefix, so the split above is by the marginal cost of the
+  computed work (cached tokens cost nothing but make the attention of the computed ones longer). Each request's
+  `cached_tokens` is its hit at first admission; `prefill_chunks.cached` the hit found by each admission.
 - Per request (client side, vLLM's definitions on the numbers written to the benchmark file): TTFT, E2EL,
   TPOT = (E2EL - TTFT)/(output - 1) (0 when output <= 1), max ITL; verdicts `<=` each given SLO; good = all pass.
 - Counterfactual: each spike's gap loses its blame (never below t_dec), E2EL loses the sum, TTFT stays; TPOT and
@@ -230,7 +234,17 @@ class Analysis:
             "preemptions": int(sim.preemptions.sum()),
             "median_decode_gap_ms": float(np.median(self.g["gap_ms"])) if len(self.g["gap_ms"]) else None,
             "max_gap_ms": float(self.g["gap_ms"].max()) if len(self.g["gap_ms"]) else None,
+            **self._cache_summary(),
         }
+
+    def _cache_summary(self) -> dict:
+        sim = self.run.sim
+        if sim.cached_tokens is None:
+            return {}
+        prompt = int(self.run.workload.prompt_len.sum())
+        hit = int(sim.cached_tokens.sum())
+        return {"cached_tokens": hit, "prompt_tokens": prompt, "prefix_cache_hit_rate": hit / prompt if prompt else 0.0,
+                "requests_with_cache_hit": int((sim.cached_tokens > 0).sum())}
 
 
 def build(run: Run, analysis: Analysis | None = None) -> dict:
@@ -248,6 +262,9 @@ def build(run: Run, analysis: Analysis | None = None) -> dict:
         "ttft_s": a.ttft_s, "e2el_s": a.latency_s, "tpot_s": a.tpot_s, "itl_max_s": a.itl_max_s,
         "blame_ms": a.blame_ms, "e2el_cf_s": a.latency_cf_s, "tpot_cf_s": a.tpot_cf_s, "itl_max_cf_s": a.itl_max_cf_s,
     }
+    if sim.cached_tokens is not None:
+        req_cols["shared_prefix_tokens"] = wl.prefix_len
+        req_cols["cached_tokens"] = sim.cached_tokens
     for k, v in a.verdicts.items():
         req_cols[f"{k}_ok" if k != "good" else "good"] = v
     for k, v in a.verdicts_cf.items():
@@ -263,6 +280,8 @@ def build(run: Run, analysis: Analysis | None = None) -> dict:
     chunks = {"step": sim.ch_step, "request": sim.ch_req, "tokens": sim.ch_tokens, "context_before": sim.ch_ctx,
               "completes": sim.ch_last.astype(bool), "recompute": sim.ch_recompute.astype(bool),
               "interference_ms": a.chunk_x}
+    if sim.ch_hit is not None:
+        chunks["cached"] = sim.ch_hit
     segs = {"request": sim.sg_req, "decode_index_start": sim.sg_d0, "count": sim.sg_count}
     return {
         "schema": SCHEMA,

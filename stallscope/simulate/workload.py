@@ -2,7 +2,9 @@
 
 Arrivals follow `vllm bench serve`: inter-arrival gaps are gamma-distributed with shape `burstiness` and mean
 1/rate (burstiness 1 is a Poisson process, < 1 is burstier). Lengths are fixed or lognormal with a given mean.
-An incident injects extra requests, for example a burst of 8k-token prompts at t = 60 s. All times are integer ns
+An incident injects extra requests, for example a burst of 8k-token prompts at t = 60 s. A shared prefix
+(`--shared-prefix 0.7:1536`) puts one common prefix of 1536 tokens (a system prompt) in front of the prompts of
+70 % of the requests, the incident's included; their prompt length grows by it. All times are integer ns
 relative to the start of the benchmark; the simulator puts them on the wall clock.
 """
 from __future__ import annotations
@@ -21,6 +23,8 @@ class Workload:
     output_len: np.ndarray     # int64 tokens (the requests ignore EOS, so this is exact)
     incident: np.ndarray       # bool: injected by an incident
     description: dict = field(default_factory=dict)
+    prefix_len: np.ndarray | None = None   # int64 tokens of the shared prefix each prompt starts with (0: none);
+                                           # None: the workload has no shared prefix
 
     def __len__(self) -> int:
         return len(self.arrival_ns)
@@ -106,10 +110,33 @@ class Incident:
         return duration_s / 2 if self.at_s is None else self.at_s
 
 
+@dataclass(frozen=True)
+class SharedPrefix:
+    fraction: float
+    tokens: int
+
+    @classmethod
+    def parse(cls, text: str | None) -> "SharedPrefix | None":
+        """`0.7:1536`: 70 % of the requests start with one common 1536-token prefix; None or `none`: no prefix."""
+        if not text or text == "none":
+            return None
+        try:
+            f, t = text.split(":")
+            frac, tokens = float(f), int(t)
+        except ValueError:
+            raise StallscopeError(f"bad --shared-prefix {text!r}: use FRACTION:TOKENS, e.g. 0.7:1536") from None
+        if not 0 <= frac <= 1 or tokens < 1:
+            raise StallscopeError(f"bad --shared-prefix {text!r}: the fraction must be in [0, 1], tokens >= 1")
+        return cls(frac, tokens)
+
+    def describe(self) -> dict:
+        return {"fraction": self.fraction, "tokens": self.tokens}
+
+
 def synthesize(rng: np.random.Generator, *, rate: float, duration_s: float, burstiness: float = 1.0,
                prompt: LengthDist, output: LengthDist, incident: Incident = Incident("none"),
-               max_model_len: int = 32768) -> Workload:
-    """Requests arriving over `duration_s` at `rate` req/s, plus the incident's requests."""
+               max_model_len: int = 32768, shared_prefix: SharedPrefix | None = None) -> Workload:
+    """Requests arriving over `duration_s` at `rate` req/s, plus the incident's requests (and a shared prefix)."""
     if rate <= 0 or duration_s <= 0:
         raise StallscopeError("--rate and --duration must be positive")
     if burstiness <= 0:
@@ -137,19 +164,31 @@ def synthesize(rng: np.random.Generator, *, rate: float, duration_s: float, burs
         p = np.concatenate([p, pi])
         o = np.concatenate([o, oi])
         inc = np.concatenate([inc, np.ones(k, dtype=bool)])
+    pre = None
+    if shared_prefix is not None:
+        # Drawn after everything else, so the same seed gives the same requests with and without a prefix.
+        has = rng.random(len(p)) < shared_prefix.fraction
+        pre = np.where(has, shared_prefix.tokens, 0).astype(np.int64)
+        p = p + pre
     over = p + o > max_model_len
     if over.any():
         # The server would reject these (prompt + max_tokens beyond max_model_len): cap the output instead.
         o = np.where(over, np.maximum(max_model_len - p, 1), o)
         p = np.minimum(p, max_model_len - 1)
+    if pre is not None:
+        pre = np.minimum(pre, p - 1)
     arrival = np.rint(t * 1e9).astype(np.int64)
     order = np.argsort(arrival, kind="stable")
-    return Workload(arrival[order], p[order], o[order], inc[order], {
+    desc = {
         "arrivals": "poisson" if burstiness == 1 else f"gamma(shape={burstiness:g})",
         "rate_rps": rate, "duration_s": duration_s, "burstiness": burstiness,
         "prompt_tokens": prompt.text(), "output_tokens": output.text(),
         "incident": incident.describe(duration_s), "requests": int(len(order)),
-    })
+    }
+    if shared_prefix is not None:
+        desc["shared_prefix"] = {**shared_prefix.describe(), "requests": int((pre > 0).sum())}
+    return Workload(arrival[order], p[order], o[order], inc[order], desc,
+                    prefix_len=pre[order] if pre is not None else None)
 
 
 def from_store(db_path: str, *, source_id: int | None = None, output: LengthDist | None = None,
