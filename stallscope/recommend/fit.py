@@ -58,9 +58,13 @@ class StepModel:
     host_gap_ms: tuple[float, float] = (0.3, 0.56)
     cov: np.ndarray | None = None    # covariance of coef (NaN rows for terms at the bound)
 
-    def predict(self, tokens, kv_read, attn, decode_seqs) -> np.ndarray:
-        return _design(np.asarray(decode_seqs, float), np.asarray(tokens, float), np.asarray(kv_read, float),
-                       np.asarray(attn, float), self.tile) @ self.coef
+    def predict(self, tokens, kv_read, attn, decode_seqs):
+        """Median step time, ms (an array for array arguments, a float for scalars)."""
+        args = [np.asarray(a, float) for a in (decode_seqs, tokens, kv_read, attn)]
+        scalar = all(a.ndim == 0 for a in args)
+        args = np.broadcast_arrays(*[np.atleast_1d(a) for a in args])
+        r = _design(*args, self.tile) @ self.coef
+        return float(r[0]) if scalar else r
 
     def predict_q99(self, tokens, kv_read, attn, decode_seqs, mixed: bool) -> np.ndarray:
         return self.predict(tokens, kv_read, attn, decode_seqs) * (1 + (self.q99_mixed if mixed else self.q99_decode))
