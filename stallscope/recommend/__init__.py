@@ -88,7 +88,7 @@ def recommend(con, opts: Options) -> dict:
         out["model"] = _model_dict(model, info)
     if missing:
         out["missing_evidence"] = missing
-        return out
+        return _clean(out)
 
     from stallscope.simulate.workload import Workload
 
@@ -197,7 +197,22 @@ def recommend(con, opts: Options) -> dict:
                      f"{best.attainment:.0%} at {choose._name(C)})"
                      + (f"; {choose._name(C)} reaches it at {load_for_target:.2f} req/s" if load_for_target else "")
                      + "; see placement")
-    return out
+    return _clean(out)
+
+
+def _clean(v):
+    """Plain JSON values: numpy scalars to Python, non-finite floats to None (JSON has no Infinity)."""
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v) if np.isfinite(v) else None
+    if isinstance(v, np.bool_):
+        return bool(v)
+    return v
 
 
 def _empty(eng) -> dict:
