@@ -99,28 +99,91 @@ class ReplayMetrics:
     output_len: np.ndarray
     prompt_len: np.ndarray
     max_gap_ns: np.ndarray      # -1 without gaps
-    gaps_ns: np.ndarray         # every gap of every request (token-weighted, as vLLM's ITL percentiles)
+    gap_values_ns: np.ndarray   # the distinct gaps of the run ...
+    gap_weights: np.ndarray     # ... and how many request gaps each one is (token-weighted, as vLLM's ITL)
+
+
+def _range_max(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """max(a[lo:hi]) for many half-open ranges (-1 where empty), by a sparse table: O(n log n) numpy work."""
+    out = np.full(len(lo), -1, dtype=np.int64)
+    ok = hi > lo
+    if not ok.any() or len(a) == 0:
+        return out
+    table = [a]
+    k = 1
+    while 2 * k <= len(a):
+        prev = table[-1]
+        table.append(np.maximum(prev[:-k], prev[k:]))
+        k *= 2
+    lo_, hi_ = lo[ok], hi[ok]
+    span = hi_ - lo_
+    lvl = np.floor(np.log2(span)).astype(np.int64)
+    res = np.empty(len(lo_), dtype=np.int64)
+    for j in np.unique(lvl):
+        m = lvl == j
+        t = table[j]
+        res[m] = np.maximum(t[lo_[m]], t[hi_[m] - (1 << j)])
+    out[ok] = res
+    return out
 
 
 def metrics(sim, workload: Workload) -> ReplayMetrics:
-    """Per-request first token, finish and worst gap from a simulator result, vectorised over tokens."""
-    req, idx, step = sim.token_steps()
+    """Per-request first token, finish and worst gap from a simulator result, without materialising every token.
+
+    A request's tokens come in pieces: one token at the end of each step that completes its (re)prefill, and decode
+    segments (tokens at consecutive decode-carrying steps D0..D0+count-1). Gaps inside a segment are the gaps between
+    consecutive decode-carrying steps (a range maximum over them); the others lie between consecutive pieces."""
+    n = len(workload)
+    end = sim.end_ns
+    sod = sim.step_of_decode
+    dec_end = end[sod] if len(sod) else np.zeros(0, np.int64)
+    G = np.diff(dec_end)                      # G[D-1]: gap between decode-carrying steps D-1 and D
+    last = sim.ch_last.astype(bool)
+    # Pieces: (request, first step time, last step time, internal max gap, internal gap count).
+    pr = np.concatenate([sim.ch_req[last], sim.sg_req]).astype(np.int64)
+    c_t = end[sim.ch_step[last]]
+    d0, cnt = sim.sg_d0.astype(np.int64), sim.sg_count.astype(np.int64)
+    s_first = dec_end[d0] if len(d0) else np.zeros(0, np.int64)
+    s_last = dec_end[d0 + cnt - 1] if len(d0) else np.zeros(0, np.int64)
+    p_first = np.concatenate([c_t, s_first])
+    p_last = np.concatenate([c_t, s_last])
+    p_max = np.concatenate([np.full(len(c_t), -1, np.int64), _range_max(G, d0, d0 + cnt - 1)])
+    order = np.lexsort((p_first, pr))
+    pr, p_first, p_last, p_max = pr[order], p_first[order], p_last[order], p_max[order]
+    starts = np.searchsorted(pr, np.arange(n), side="left")
+    ends = np.searchsorted(pr, np.arange(n), side="right")
+    first = p_first[starts]
+    finish = p_last[ends - 1]
+    same = pr[1:] == pr[:-1]
+    bgap = np.where(same, p_first[1:] - p_last[:-1], -1)         # gaps between consecutive pieces
+    per_piece = np.maximum(p_max, np.concatenate([[-1], bgap]) if len(bgap) else p_max)
+    mx = np.maximum.reduceat(per_piece, starts) if len(per_piece) else np.full(n, -1)
+    # Token-weighted gap distribution: G[D-1] counts once per segment holding both D-1 and D.
+    w = np.zeros(len(G) + 1, dtype=np.int64)
+    has = cnt > 1
+    np.add.at(w, d0[has], 1)
+    np.add.at(w, (d0 + cnt - 1)[has], -1)
+    w = np.cumsum(w)[: len(G)]
+    vals = np.concatenate([G, bgap[same]])
+    wts = np.concatenate([w, np.ones(int(same.sum()), np.int64)])
+    keep = wts > 0
+    return ReplayMetrics(workload.arrival_ns, first, finish, workload.output_len, workload.prompt_len,
+                         np.where(ends - starts > 0, mx, -1), vals[keep], wts[keep])
+
+
+def metrics_by_token(sim, workload: Workload) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The same per-request quantities through every token (slow; the reference `metrics` is checked against):
+    (first, finish, max gap or -1, all gaps)."""
+    req, _, step = sim.token_steps()
     t = sim.end_ns[step]
     n = len(workload)
     starts = np.searchsorted(req, np.arange(n), side="left")
     ends = np.searchsorted(req, np.arange(n), side="right")
-    first = t[starts]
-    finish = t[ends - 1]
-    gap = np.diff(t)
-    same = req[1:] == req[:-1]
-    g = np.where(same, gap, -1)
-    # Worst gap per request: a segmented max over each request's run of gaps (its tokens are contiguous; the
-    # boundary entries between requests are -1 and never win).
-    has = ends - starts > 1
+    g = np.where(req[1:] == req[:-1], np.diff(t), -1)
     mx = np.full(n, -1, dtype=np.int64)
     if len(g):
-        mx = np.where(has, np.maximum.reduceat(g, np.minimum(starts, len(g) - 1)), -1)
-    return ReplayMetrics(workload.arrival_ns, first, finish, workload.output_len, workload.prompt_len, mx, g[same])
+        mx = np.where(ends - starts > 1, np.maximum.reduceat(g, np.minimum(starts, len(g) - 1)), -1)
+    return t[starts], t[ends - 1], mx, g[g >= 0]
 
 
 class Judge:
@@ -192,11 +255,23 @@ class Judge:
 
 def summarise(m: ReplayMetrics) -> tuple[float, float, float]:
     """(p99 ITL, mean TPOT, p90 TTFT) in ms, in vLLM's definitions (ITL pooled over gaps; TPOT per request)."""
-    p99 = float(np.quantile(m.gaps_ns, 0.99)) / 1e6 if len(m.gaps_ns) else 0.0
+    p99 = _weighted_quantile(m.gap_values_ns, m.gap_weights, 0.99) / 1e6 if len(m.gap_values_ns) else 0.0
     out = m.output_len.astype(np.float64)
     tpot = np.where(out > 1, (m.finish_ns - m.first_ns) / np.maximum(out - 1, 1), 0.0)
     ttft = (m.first_ns - m.arrival_ns).astype(np.float64)
     return p99, float(tpot.mean()) / 1e6, float(np.quantile(ttft, 0.9)) / 1e6
+
+
+def _weighted_quantile(v: np.ndarray, w: np.ndarray, q: float) -> float:
+    """The q-quantile of v repeated w times (numpy's linear interpolation between order statistics)."""
+    o = np.argsort(v, kind="stable")
+    v, cw = v[o].astype(np.float64), np.cumsum(w[o])
+    pos = q * (cw[-1] - 1)               # 0-based position in the repeated, sorted sample
+    i = np.searchsorted(cw, np.floor(pos) + 1)
+    j = np.searchsorted(cw, np.floor(pos) + 2)
+    j = min(j, len(v) - 1)
+    frac = pos - np.floor(pos)
+    return float(v[i] + (v[j] - v[i]) * frac)
 
 
 def perturbed(coef: np.ndarray, cov: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
