@@ -85,15 +85,18 @@ def test_too_few_steps_is_a_fit_error_naming_the_need():
         fit(short)
 
 
-def test_fit_through_the_store_on_a_simulated_incident():
-    """The product path: trace + benchmark + log of a bundled incident (basic annotations: the KV read is rebuilt
-    from the client token stream, the attention work from the prefill replay)."""
+@pytest.mark.parametrize("scenario,composition", [("chunked-2048-healthy", "annotation"),
+                                                  ("unchunked-long-prompt-stall", "client_tokens")])
+def test_fit_through_the_store_on_a_simulated_incident(scenario, composition):
+    """The product path: trace + benchmark + log of a bundled incident. The chunked one has basic annotations (the
+    KV read is rebuilt from the client token stream, the attention work from the prefill replay); the V0 one has
+    none (the whole composition comes from the client stream and the prefill replay)."""
     import stallscope
     from stallscope.analyze import Options, parse_slo, prepare
     from stallscope.recommend import observe
     from stallscope.simulate import truth as T
 
-    d = ROOT / "sample_traces" / "chunked-2048-healthy"
+    d = ROOT / "sample_traces" / scenario
     doc = T.load(d / "truth.json")
     c = doc["preset"]["coefficients"]
     truth = np.array([c["b0"]["value"], c["b4"]["value"], c["b2"]["value"], c["b1"]["value"], c["b3"]["value"]])
@@ -102,6 +105,7 @@ def test_fit_through_the_store_on_a_simulated_incident():
     prepare(s.con, Options(slo=parse_slo("ttft=1s,itl=60ms")))
     obs, info = observe.step_observations(s.con)
     assert info["kv_client_agreement"] >= 0.95
+    assert info["composition_basis"] == {composition: len(obs)}
     m = fit(obs)
     ids = [j for j, t in enumerate(TERMS) if m.identified[t]["identified"]]
     assert ids, m.identified

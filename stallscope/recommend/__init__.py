@@ -65,9 +65,15 @@ def recommend(con, opts: Options) -> dict:
     obs, info = observe.step_observations(con)
     model = None
     if n_steps == 0:
-        missing.append("engine steps: the store has no profiler trace (no per-step durations and batch composition); "
-                       "capture one with torch.profiler around the engine's execute_model (vLLM "
-                       "VLLM_TORCH_PROFILER_DIR) while serving the same load")
+        batches = con.execute("SELECT count(*) FROM engine_batches").fetchall()[0][0]
+        if batches:
+            missing.append(f"engine step durations: the {batches} SGLang batch lines carry scheduling times (and "
+                           "decode lines only every 40 iterations), not step durations; add a profiler trace "
+                           "(SGLang step markers) of the same load")
+        else:
+            missing.append("engine steps: the store has no profiler trace (no per-step durations and batch "
+                           "composition); capture one with torch.profiler around the engine's execute_model (vLLM "
+                           "VLLM_TORCH_PROFILER_DIR) while serving the same load")
     elif len(obs) == 0:
         missing.append(f"per-step batch composition: the {n_steps} traced steps carry no prefill/decode token "
                        "counts (vLLM execute_context_N(T)_generation_M(G) annotations, SGLang step markers); "
@@ -234,7 +240,8 @@ def _model_dict(m, info: dict) -> dict:
             "tile_tokens": m.tile, "tile_basis": m.tile_basis,
             "p99_band": {"decode": m.q99_decode, "prefill": m.q99_mixed},
             "mape": m.mape, "p99_coverage": m.p99_coverage, "steps_used": m.steps_used,
-            "kv_basis": info.get("kv_basis"), "host_gap_ms": list(info.get("host_gap_ms", (0.3, 0.56)))}
+            "kv_basis": info.get("kv_basis"), "composition_basis": info.get("composition_basis"),
+            "host_gap_ms": list(info.get("host_gap_ms", (0.3, 0.56)))}
 
 
 def _load_for_target(preset, sem, wl, slo, C, target, rate, seed) -> float | None:

@@ -44,6 +44,8 @@ def step_observations(con) -> tuple[Observations, dict]:
             lo, hi = np.quantile(gaps, [0.05, 0.95])
             info["host_gap_ms"] = (float(lo), float(max(hi, lo)))
         info["kv_basis"] = {str(k): int(v) for k, v in zip(*np.unique(kv_basis.astype(str), return_counts=True))}
+        comp = np.asarray(cols["composition_basis"]).astype(str)
+        info["composition_basis"] = {str(k): int(v) for k, v in zip(*np.unique(comp, return_counts=True))}
     obs = Observations(step_ms=f("step_ms"), decode_seqs=dec, tokens=f("tokens"), kv_read=kv, attn_units=att,
                        has_prefill=f("prefill_tokens") > 0 if n else np.zeros(0, bool), notes=notes)
     return obs, info
