@@ -121,6 +121,7 @@ def setting(engine: str, policy_observed: str, C: int | None, *, longest_prompt:
     if engine == "sglang":
         if C is None:
             return "--chunked-prefill-size -1"
+        # itl_binds: the replay with decodes riding in prefill forwards served more under the per-token SLO.
         return f"--chunked-prefill-size {C}" + (" --enable-mixed-chunk" if itl_binds else "")
     if engine == "tgi":
         n = C if C is not None else max(longest_prompt, 4096)
