@@ -44,8 +44,6 @@ def check_slo(slo) -> dict:
 
 
 def recommend(con, opts: Options) -> dict:
-    from stallscope.analyze import Options as AOptions, prepare
-
     from . import choose, observe, placement, replay
     from .fit import FitError, fit
 
@@ -56,7 +54,7 @@ def recommend(con, opts: Options) -> dict:
         raise StallscopeError("the store is empty: ingest a profiler trace, server log or benchmark file first "
                               "(stallscope ingest FILE... --db DB)")
     if not opts.prepared:
-        prepare(con, AOptions(slo=opts.slo, attainment=opts.attainment))
+        _prepare(con, opts.slo)
     eng = observe.engine(con)
     missing: list[str] = []
     notes: list[str] = []
@@ -171,7 +169,7 @@ def recommend(con, opts: Options) -> dict:
     kvb, kv_src = placement.kv_bytes_per_token(opts.model_config, eng.model)
     bw, link_src = placement.link_gbps(opts.kv_link)
     fl = placement.Fluid(model.predict, model.q99_decode, model.q99_mixed, G,
-                         prefill_only_budget=sem.policy == "sglang")
+                         prefill_only_budget=sem.policy == "sglang" and not sem.mixed_chunk)
     pw = placement.Workload(rate, float(p.mean()), float(wl.output_len.mean()), float(np.quantile(p, 0.9)))
     ps = placement.Slo(slo.get("ttft_ms"), slo.get("tpot_ms"), slo.get("itl_ms"))
     agg_C = C if C is not None else int(max(16384, wl.prompt_len.max() + sem.max_num_seqs))
@@ -235,6 +233,23 @@ def _clean(v):
     if isinstance(v, np.bool_):
         return bool(v)
     return v
+
+
+def _prepare(con, slo) -> None:
+    """Install the analyses and compute only what the recommendation reads. The prefill replay (prefill_parts, the
+    costly part of an analysis) is needed only when some step's prefill composition is not in the trace itself."""
+    from stallscope import sqlviews
+
+    sqlviews.install(con, **slo.__dict__)
+    need_parts = con.execute("""SELECT count(*) FROM steps WHERE ctx_sum_qkv IS NULL
+                                AND (ctx_tokens IS NULL OR ctx_tokens > 0 OR gen_reqs IS NULL)""").fetchall()[0][0]
+    if need_parts:
+        sqlviews.materialise(con, ("step_phase", "client_gaps", "request_metrics", "prefill_parts"))
+    else:
+        # Every step carries its own Σq·kv: the replay's chunk assignment would be joined and then never used.
+        con.execute("CREATE OR REPLACE TEMP TABLE _m_prefill_parts AS SELECT * FROM prefill_parts LIMIT 0")
+        con.execute("CREATE OR REPLACE TEMP VIEW prefill_parts AS SELECT * FROM _m_prefill_parts")
+        sqlviews.materialise(con, ("step_phase",))
 
 
 def _empty(eng) -> dict:
