@@ -9,8 +9,8 @@
 -- from the annotation's Σq·kv − Σq²/2 (kv counts the chunk itself), else from the chunks `prefill_parts` assigned to
 -- requests, else 0 for steps without prefill; NULL when unknown. Steps whose trace carries no composition at all
 -- (vLLM V0 traces: the phase comes from the kernels) take it from the client stream too (`composition_basis`
--- `client_tokens`): a decode step runs the requests decoding at its midpoint, a prefill-only step none, and its
--- prefill tokens are the chunks `prefill_parts` assigned to it.
+-- `client_tokens`): a decode or mixed step runs the requests decoding at its midpoint, a prefill-only step none,
+-- and its prefill tokens are the chunks `prefill_parts` assigned to it.
 -- @depends step_phase, prefill_parts
 -- @column source_id        INTEGER  The trace.
 -- @column step_id          BIGINT   `steps.step_id`.
@@ -64,8 +64,7 @@ j0 AS (
     LEFT JOIN parts USING (step_id)),
 j AS (
     SELECT *,
-           CAST(coalesce(gen_reqs, CASE WHEN phase = 'prefill' THEN 0 WHEN phase = 'decode' THEN active_decodes END)
-                AS BIGINT) AS decode_seqs,
+           CAST(coalesce(gen_reqs, CASE WHEN phase = 'prefill' THEN 0 ELSE active_decodes END) AS BIGINT) AS decode_seqs,
            CAST(coalesce(ctx_tokens, CASE WHEN phase = 'decode' THEN 0 ELSE parts_tokens END) AS BIGINT)
                AS prefill_tokens,
            CASE WHEN gen_reqs IS NOT NULL THEN 'annotation' ELSE 'client_tokens' END AS composition_basis
