@@ -111,3 +111,30 @@ def test_bad_input_gets_one_clear_line(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().count("\n") == 0, r.stdout
     assert r.stdout.startswith("cannot recommend a budget: missing evidence"), r.stdout
+
+
+def test_the_commands_budget_holds_on_the_true_engine(sample_db, tmp_path):
+    """End to end: the budget `recommend` picks from the sample's store, run on the engine the sample was simulated
+    with (its true preset, the same replayed workload), is within 5 % of that engine's best budget."""
+    import numpy as np
+
+    import stallscope
+    from stallscope.recommend import observe, replay
+    from stallscope.simulate.stepmodel import get_preset
+    from stallscope.simulate.workload import Workload
+
+    out = tmp_path / "rec.json"
+    r = cli("recommend", "--db", sample_db, "--slo", "ttft=1s,itl=60ms", "--replays", "1", "--json", out)
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(out.read_text())
+    with stallscope.open(sample_db, read_only=True) as s:
+        from stallscope import sqlviews
+
+        sqlviews.install(s.con)
+        w = observe.workload(s.con)
+    wl = Workload(w.arrival_ns - w.arrival_ns[0], w.prompt_len, w.output_len, np.zeros(len(w.arrival_ns), bool))
+    p = get_preset("llama70b-h100-tp4")
+    sem = replay.Semantics("chunked", kv_cache_tokens=p.kv_cache_tokens)
+    true = {x.chunk_tokens: x.goodput_rps for x in replay.sweep([p], sem, wl, {"ttft_ms": 1000, "itl_ms": 60},
+                                                                  replay.grid(sem, wl), seed=5)}
+    assert true[rec["chunk_tokens"]] >= 0.95 * max(true.values()), (rec["chunk_tokens"], true)
