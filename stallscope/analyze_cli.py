@@ -24,6 +24,8 @@ def analyze_cmd(
         spike_k: float = typer.Option(3.0, "--spike-k", help="A gap is a spike above k x the decode-only gap."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the stallscope.analysis/1 JSON here."),
         top: int = typer.Option(10, "--top", help="Spikes to show in the terminal summary."),
+        recommend: bool = typer.Option(False, "--recommend", help="Add the chunk-budget and placement recommendation "
+                                                                  "(`stallscope recommend`) under \"recommendation\"."),
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
     """Find decode-gap spikes, attribute them to prefill work, and measure goodput and what interference cost."""
@@ -33,6 +35,10 @@ def analyze_cmd(
     from .store import DEFAULT_DB, Store
 
     opts = Options(slo=parse_slo(slo), attainment=attainment, spike_k=spike_k)
+    if recommend:
+        from .recommend import check_slo
+
+        check_slo(opts.slo)
     if paths:
         store = Store(db or ":memory:")
         report = store.ingest(paths, options=IngestOptions(year=year, tz=tz))
@@ -45,9 +51,18 @@ def analyze_cmd(
         store = Store(db or DEFAULT_DB, read_only=True)
     with store:
         result = analyze(store.con, opts)
+        if recommend:
+            from .recommend import Options as RecOptions, recommend as run_recommend
+
+            result["recommendation"] = run_recommend(store.con, RecOptions(slo=opts.slo, attainment=attainment,
+                                                                          prepared=True))
     if json_out:
         json_out.write_text(json.dumps(result, indent=1) + "\n")
     _summary(result, top)
+    rec = result.get("recommendation")
+    if rec is not None:
+        typer.echo(f"recommendation: {rec['setting']}" if rec["setting"] else
+                   f"recommendation: missing evidence: {'; '.join(rec['missing_evidence'])}")
 
 
 def _fmt(v, digits=3):

@@ -174,7 +174,13 @@ def get_preset(name: str) -> Preset:
 
 
 def noise_factors(rng: np.random.Generator, n: int, preset: Preset) -> np.ndarray:
-    """n multiplicative noise factors exp(sigma*z), z ~ N(0,1) truncated to |z| <= clip (by redrawing)."""
+    """n multiplicative noise factors exp(sigma*z), z ~ N(0,1) truncated to |z| <= clip (by redrawing).
+
+    A preset whose `extra["noise_factors"]` holds observed ratios (a fitted model's t/t_hat residuals, for the
+    recommendation's what-if replay) draws them from those instead, with replacement."""
+    pool = preset.extra.get("noise_factors") if preset.extra else None
+    if pool is not None and len(pool):
+        return rng.choice(np.asarray(pool, dtype=np.float64), n)
     z = rng.standard_normal(n)
     bad = np.abs(z) > preset.noise_clip
     while bad.any():

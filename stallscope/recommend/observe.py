@@ -1,0 +1,157 @@
+"""Read what the recommendation needs from a prepared store: observed steps, the workload, the engine's settings."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .fit import Observations
+
+# Share of decode steps whose client-rebuilt decode count must match the trace's for the rebuilt KV read to be used.
+KV_AGREEMENT = 0.8
+
+
+def step_observations(con) -> tuple[Observations, dict]:
+    """Observed steps (view recommend_step_obs) and facts about them (host gaps, bases, counts)."""
+    cols = con.sql("SELECT * FROM recommend_step_obs ORDER BY source_id, step_index").fetchnumpy()
+    n = len(cols["step_ms"])
+    f = lambda k: np.asarray(np.ma.filled(cols[k].astype(float), np.nan), dtype=float) if n else np.zeros(0)  # noqa: E731
+    dec, kv, att = f("decode_seqs"), f("kv_tokens_read"), f("attention_units")
+    notes = {}
+    info: dict = {"steps": n}
+    kv_basis = np.asarray(np.ma.filled(cols["kv_basis"], None), dtype=object) if n else np.zeros(0, object)
+    if n:
+        client = kv_basis == "client_tokens"
+        if client.any():
+            act = f("active_decodes")[client]
+            agree = float(np.mean(np.abs(act - dec[client]) <= np.maximum(1, 0.05 * dec[client])))
+            info["kv_client_agreement"] = agree
+            if agree < KV_AGREEMENT:
+                kv = np.where(client, np.nan, kv)
+                notes["per_kv_token_ms"] = (
+                    f"the trace carries no per-step KV read and the client token stream does not line up with its "
+                    f"decode counts ({agree:.0%} of steps agree): align a benchmark file to the trace, or profile "
+                    f"with detailed step annotations")
+        if not np.isfinite(kv[dec > 0]).any() and "per_kv_token_ms" not in notes:
+            notes["per_kv_token_ms"] = ("no KV-read evidence: the trace annotations carry no per-step Σkv and no "
+                                        "benchmark file with token timings is aligned to the trace")
+        if not np.isfinite(att).any():
+            notes["per_attention_unit_ms"] = ("no prefill chunk contexts: the annotations carry no Σq·kv and no "
+                                             "benchmark requests could be matched to the prefill steps")
+        gaps = f("host_gap_ms")
+        gaps = gaps[np.isfinite(gaps) & (gaps >= 0)]
+        if len(gaps):
+            lo, hi = np.quantile(gaps, [0.05, 0.95])
+            info["host_gap_ms"] = (float(lo), float(max(hi, lo)))
+        info["kv_basis"] = {str(k): int(v) for k, v in zip(*np.unique(kv_basis.astype(str), return_counts=True))}
+        comp = np.asarray(cols["composition_basis"]).astype(str)
+        info["composition_basis"] = {str(k): int(v) for k, v in zip(*np.unique(comp, return_counts=True))}
+    obs = Observations(step_ms=f("step_ms"), decode_seqs=dec, tokens=f("tokens"), kv_read=kv, attn_units=att,
+                       has_prefill=f("prefill_tokens") > 0 if n else np.zeros(0, bool), notes=notes)
+    return obs, info
+
+
+@dataclass
+class WorkloadObs:
+    arrival_ns: np.ndarray
+    prompt_len: np.ndarray
+    output_len: np.ndarray
+    kind: str
+    runs: int
+    missing_output: int = 0
+    notes: list = field(default_factory=list)
+
+
+def workload(con) -> WorkloadObs | None:
+    """The judged runs' requests (view recommend_workload), the largest run first; None when there are none."""
+    rows = con.sql("""SELECT source_id, run_line, kind, arrival_ns, prompt_tokens, output_tokens FROM recommend_workload
+                      ORDER BY source_id, run_line, rank_in_run""").fetchnumpy()
+    if len(rows["arrival_ns"]) == 0:
+        return None
+    src = np.asarray(rows["source_id"], dtype=np.int64) * (1 << 40) + np.asarray(np.ma.filled(rows["run_line"], 0), dtype=np.int64)
+    keys, counts = np.unique(src, return_counts=True)
+    # Replay the largest run: runs at different rates (a sweep of benchmark files) are different workloads.
+    pick = src == keys[np.argmax(counts)]
+    out = rows["output_tokens"]
+    o = np.asarray(np.ma.filled(out, 0), dtype=np.int64)[pick]
+    a = np.asarray(rows["arrival_ns"], dtype=np.int64)[pick]
+    p = np.asarray(rows["prompt_tokens"], dtype=np.int64)[pick]
+    order = np.argsort(a, kind="stable")
+    wl = WorkloadObs(a[order], p[order], o[order], str(rows["kind"][0]), len(keys), int((o <= 0).sum()))
+    if len(keys) > 1:
+        wl.notes.append(f"{len(keys)} runs in the store: replaying the largest ({int(pick.sum())} requests)")
+    return wl
+
+
+@dataclass
+class EngineObs:
+    engine: str                   # vllm | sglang | tgi | unknown
+    version: str | None
+    policy: str                   # chunked | v0 | sglang (simulator policies)
+    budget: int | None            # the current token budget in the engine's own knob
+    max_num_seqs: int
+    kv_cache_tokens: int | None
+    model: str | None
+    gpus: int
+    mixed_chunk: bool = False
+    basis: list = field(default_factory=list)
+
+
+def engine(con) -> EngineObs:
+    cfg = {k: (v, num) for k, v, num in con.execute(
+        "SELECT key, any_value(value), max(value_num) FROM engine_config GROUP BY key").fetchall()}
+    num = lambda k: cfg[k][1] if k in cfg and cfg[k][1] is not None else None  # noqa: E731
+    txt = lambda k: cfg[k][0] if k in cfg else None  # noqa: E731
+    basis = []
+    name = (txt("engine") or "").lower()
+    version = txt("vllm_version") or txt("engine_version")
+    markers = dict(con.execute("SELECT marker, count(*) FROM steps GROUP BY marker").fetchall())
+    phases = dict(con.execute("SELECT phase, count(*) FROM steps GROUP BY phase").fetchall())
+    if not name:
+        if any(k.startswith("sglang") for k in markers) or con.execute(
+                "SELECT count(*) FROM engine_batches").fetchall()[0][0]:
+            name = "sglang"
+        elif markers or version or con.execute("SELECT count(*) FROM engine_stats").fetchall()[0][0]:
+            name = "vllm"
+        elif con.execute("SELECT count(*) FROM requests WHERE engine = 'tgi'").fetchall()[0][0]:
+            name = "tgi"
+        else:
+            name = "unknown"
+    mixed = bool(phases.get("mixed"))
+    if name == "sglang":
+        policy, budget = "sglang", num("chunked_prefill_size")
+        mixed_chunk = bool(num("enable_mixed_chunk") or 0)
+    elif name == "tgi":
+        policy, budget, mixed_chunk = "chunked", num("max_batch_prefill_tokens"), False
+    else:
+        chunked = num("enable_chunked_prefill")
+        v1 = bool(version) and _ver(version) >= (0, 10)
+        if chunked == 1 or mixed or v1:
+            policy = "chunked"
+            basis.append("mixed prefill+decode steps in the trace" if mixed else
+                         "chunked prefill enabled in the server log" if chunked == 1 else f"vLLM {version} (V1)")
+        else:
+            policy = "v0"
+            basis.append("vLLM V0 without chunked prefill" + (f" ({version})" if version else ""))
+        budget, mixed_chunk = num("max_num_batched_tokens"), False
+    seqs = num("max_num_seqs")
+    gpus = 1
+    for k in ("tensor_parallel_size", "pipeline_parallel_size"):
+        gpus *= int(num(k) or 1)
+    if gpus == 1:
+        ws = con.execute("SELECT max(world_size) FROM trace_meta").fetchall()[0][0]
+        gpus = int(ws) if ws else 1
+    model = txt("model") or txt("served_model_name")
+    if model is None:
+        row = con.execute("SELECT any_value(value) FROM engine_config WHERE key IN ('model_id', 'model_name')").fetchall()
+        model = row[0][0] if row and row[0][0] else None
+    return EngineObs(engine=name, version=version, policy=policy, budget=int(budget) if budget else None,
+                     max_num_seqs=int(seqs) if seqs else 256, kv_cache_tokens=int(num("kv_cache_tokens"))
+                     if num("kv_cache_tokens") else None, model=model, gpus=gpus, mixed_chunk=mixed_chunk, basis=basis)
+
+
+def _ver(text: str) -> tuple[int, int]:
+    import re
+
+    m = re.match(r"v?(\d+)\.(\d+)", text)
+    return (int(m[1]), int(m[2])) if m else (0, 0)
