@@ -15,7 +15,7 @@ venv: $(BIN)/python
 	$(BIN)/python -m pip install -q -e .
 
 dev: $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,capture]'
 
 # The main job on a bundled sample: ingest it into an embedded DuckDB file and report the stalls it finds.
 demo: venv
