@@ -78,6 +78,7 @@ class StepRecord:
     ctx_tokens: int
     gen_reqs: int
     marker: str
+    cpu_ns: int = 0                    # thread CPU time of the step: wall minus this is time not on a core
 
 
 @dataclass
@@ -165,19 +166,21 @@ class Engine:
         tokens.extend(r.output[-1] for r in decodes)
         batch = Batch(tokens, [(r.slot, r.computed, c) for r, c in chunks], [r.slot for r in decodes],
                       [r.cached for r in decodes])
+        c0 = time.thread_time_ns()
         t0 = time.perf_counter_ns()
         with self.record_function(name):
             nxt = self.model.step(batch)
             self.sync()
             out = nxt.tolist()
         t1 = time.perf_counter_ns()
+        c1 = time.thread_time_ns()
         for i, (r, c) in enumerate(chunks):
             r.computed += c
             if r.computed == len(r.prompt):   # the chunk that completes the prompt yields the first token
                 self._emit(r, out[i], t1)
         for j, r in enumerate(decodes):
             self._emit(r, out[len(chunks) + j], t1)
-        return StepRecord(t0, t1, len(chunks), ctx_tokens, len(decodes), name)
+        return StepRecord(t0, t1, len(chunks), ctx_tokens, len(decodes), name, c1 - c0)
 
     def _emit(self, r: Request, token: int, t_ns: int) -> None:
         r.output.append(token)

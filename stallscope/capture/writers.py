@@ -7,7 +7,8 @@
   failed requests there (ttft 0, itls [], output_len 0, an error text), as vLLM records them.
 - `vllm_server.log`: vLLM V1 (0.10.1.1 envelope, `(APIServer pid=N) INFO MM-DD hh:mm:ss [file:line] msg`) with
   the startup configuration lines, `Received request` (with the prompt and its token ids), `Added request`
-  and `Finished request` per request, and the `Engine 000: Avg prompt throughput ...` stats line the engine
+  and `Finished request` per request (received when sent: vLLM's API server is its own process and takes
+  requests in while the engine core is busy with a step; the wait for the engine shows in the TTFT), and the `Engine 000: Avg prompt throughput ...` stats line the engine
   computed every 10 s. V1 since 0.8 prints no `Finished request` line (the first V1 AsyncLLM and V0 did);
   it is kept because it gives the server-side finish instant to whoever reads the log.
 Both files are written on the capture's wall clock (UTC), the profiler's clock.
@@ -151,11 +152,11 @@ def server_log(res: EngineResult, *, model_id: str, policy: str, budget: int, ma
         texts = text_of(prompt_ids, preq, len(reqs))
         ids_txt = pl.DataFrame({"r": preq, "v": prompt_ids}).group_by("r", maintain_order=True).agg(
             pl.col("v").cast(pl.String).str.join(", "))["v"].to_list()
-        arrived = np.array([r.arrival_ns > 0 for r in reqs])
+        arrived = np.array([r.send_ns <= res.end_ns for r in reqs])   # sent before the run ended
         rf = pl.DataFrame({
             "rid": request_ids, "prompt": texts, "ids": ids_txt,
             "max_tokens": [r.max_tokens for r in reqs],
-            "arr": [wall(r.arrival_ns) for r in reqs], "fin": [wall(r.finish_ns) if r.finish_ns else None
+            "arr": [wall(r.send_ns) for r in reqs], "fin": [wall(r.finish_ns) if r.finish_ns else None
                                                               for r in reqs],
         }).filter(pl.Series(arrived))
         head, tail = SAMPLING.split("{max_tokens}")
