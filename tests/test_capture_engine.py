@@ -4,6 +4,7 @@ without torch, and `stallscope capture` without torch says in one line how to in
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -152,3 +153,18 @@ def test_capture_without_torch_says_in_one_line_how_to_install(tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install 'stallscope[capture]'" in lines[0], r.stderr
     assert not (tmp_path / "x").exists()
+
+
+def test_the_capture_extra_pins_the_local_cpu_torch_and_the_package_ships():
+    import tomllib
+
+    py = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert py["project"]["optional-dependencies"]["capture"] == ["torch==2.13.0"]
+    assert "torch" not in " ".join(py["project"]["dependencies"])
+    assert "stallscope.capture" in py["tool"]["setuptools"]["packages"]
+    make = (ROOT / "Makefile").read_text()
+    assert "'.[test,capture]'" in make and "capture-demo:" in make
+    # no other torch spec anywhere in the build files (it would pull a multi-GB CUDA build)
+    for f in ("pyproject.toml", "Makefile"):
+        for spec in re.findall(r"\btorch\s*[=<>~!]=?\s*[\w.*+]+", (ROOT / f).read_text()):
+            assert spec == "torch==2.13.0", (f, spec)
