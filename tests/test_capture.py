@@ -1,6 +1,7 @@
-"""Real captures on CPU, end to end: a short run with a long-prompt incident in each mode, side by side (unchunked
-through the `stallscope capture` command, chunked with a small budget in-process), every file read back by the real parsers,
-and `stallscope analyze` finding the stalls the long prefills caused, fewer and smaller ones under chunking.
+"""Real captures on CPU, end to end: a short run with a long-prompt incident in each mode, side by side
+(unchunked through the `stallscope capture` command, chunked with a small budget in-process), every file read
+back by the real parsers, and `stallscope analyze` finding the stalls the long prefills caused, fewer and
+smaller ones under chunking.
 
 Timings are real wall-clock measurements: a shared or slow machine stretches every step, but the prefill-decode
 interference that separates the two modes is an order of magnitude larger than that noise.
@@ -90,7 +91,8 @@ def test_all_three_files_ingest_with_zero_rejects(unchunked, chunked):
             [(r.path, r.status, r.rejected, r.message) for r in rep]
         assert run["store"].sql("SELECT count(*) FROM rejects").item() == 0
         n = run["summary"]["requests"]
-        q = run["store"].sql("SELECT kind, count(*), count(server_request_id) FROM requests GROUP BY kind ORDER BY kind")
+        q = run["store"].sql("SELECT kind, count(*), count(server_request_id) FROM requests "
+                             "GROUP BY kind ORDER BY kind")
         assert q.rows() == [("client", n, n), ("server", n, n)]   # every client request matched to its log line
         assert run["store"].sql("SELECT count(*) FROM engine_stats").item() >= 1
 

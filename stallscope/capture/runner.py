@@ -46,6 +46,7 @@ class CaptureSpec:
     seed: int = 0
     threads: int | None = 1
     drain_s: float = 60.0
+    record_shapes: bool = True         # torch 2.13 keeps ~10-20 KB of host memory per op event with it on
     model: ModelConfig = field(default_factory=ModelConfig)
 
     def resolved_budget(self) -> int:
@@ -135,12 +136,14 @@ def capture(spec: CaptureSpec, out: Path, on_progress: Callable[[dict], None] | 
     gc.collect()
     gc.disable()
     try:
-        with profile(activities=activities, record_shapes=True) as prof:
+        with profile(activities=activities, record_shapes=spec.record_shapes) as prof:
             res = engine.run(reqs, arrivals_until_ns=int(spec.duration_s * 1e9), drain_s=spec.drain_s,
                              on_progress=on_progress)
     finally:
         if gc_was:
             gc.enable()
+    if on_progress is not None:
+        on_progress({"phase": "export", "steps": len(res.steps)})
     t = time.perf_counter()
     trace = out / TRACE_NAME
     prof.export_chrome_trace(str(trace))

@@ -8,9 +8,10 @@
 - `vllm_server.log`: vLLM V1 (0.10.1.1 envelope, `(APIServer pid=N) INFO MM-DD hh:mm:ss [file:line] msg`) with
   the startup configuration lines, `Received request` (with the prompt and its token ids), `Added request`
   and `Finished request` per request (received when sent: vLLM's API server is its own process and takes
-  requests in while the engine core is busy with a step; the wait for the engine shows in the TTFT), and the `Engine 000: Avg prompt throughput ...` stats line the engine
-  computed every 10 s. V1 since 0.8 prints no `Finished request` line (the first V1 AsyncLLM and V0 did);
-  it is kept because it gives the server-side finish instant to whoever reads the log.
+  requests in while the engine core is busy with a step; the wait for the engine shows in the TTFT), and the
+  `Engine 000: Avg prompt throughput ...` stats line the engine computed every 10 s. V1 since 0.8 prints no
+  `Finished request` line (the first V1 AsyncLLM and V0 did); it is kept because it gives the server-side
+  finish instant to whoever reads the log.
 Both files are written on the capture's wall clock (UTC), the profiler's clock.
 """
 from __future__ import annotations
@@ -184,6 +185,7 @@ def server_log(res: EngineResult, *, model_id: str, policy: str, budget: int, ma
             pl.lit(" [loggers.py:123] Engine 000: Avg prompt throughput: "), _f1("p"),
             pl.lit(" tokens/s, Avg generation throughput: "), _f1("g"), pl.lit(" tokens/s, Running: "),
             pl.col("r").cast(pl.String), pl.lit(" reqs, Waiting: "), pl.col("w").cast(pl.String),
-            pl.lit(" reqs, GPU KV cache usage: "), _f1("kv"), pl.lit("%, Prefix cache hit rate: 0.0%")]).alias("s"))["s"]
+            pl.lit(" reqs, GPU KV cache usage: "), _f1("kv"), pl.lit("%, Prefix cache hit rate: 0.0%"),
+        ]).alias("s"))["s"]
         L.add(st["t"].to_numpy(), s)
     return L.text()
