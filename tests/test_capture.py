@@ -97,6 +97,19 @@ def test_all_three_files_ingest_with_zero_rejects(unchunked, chunked):
         assert run["store"].sql("SELECT count(*) FROM engine_stats").item() >= 1
 
 
+def test_client_timings_land_on_the_clock_the_engine_stamped(chunked):
+    """The bench JSON has only perf_counter sends; matched to the log's 1-s Received lines, every request's send
+    and first token must land where the engine's wall clock put them."""
+    res = chunked["result"]
+    off = res.epoch_of_perf_ns
+    got = chunked["store"].sql("""SELECT arrival_ns, first_token_ns FROM requests WHERE kind = 'client'
+                                  ORDER BY request_index""").rows()
+    reqs = res.engine.requests
+    assert len(got) == len(reqs)
+    err = [max(abs(a - (r.send_ns + off)), abs(f - (r.token_ns[0] + off))) for (a, f), r in zip(got, reqs)]
+    assert max(err) < 250_000_000, max(err)
+
+
 def test_the_trace_is_torch_profiler_output_with_aten_cpu_ops(chunked):
     path = chunked["dir"] / "trace.pt.trace.json"
     with open(path, "rb") as f:
