@@ -79,6 +79,8 @@ class StepRecord:
     gen_reqs: int
     marker: str
     cpu_ns: int = 0                    # thread CPU time of the step: wall minus this is time not on a core
+    kv_read: int = 0                   # KV tokens the decodes attended to (sum of their contexts + 1)
+    attn_work: float = 0.0             # sum over chunks of c * (k + c/2): prefill attention work
 
 
 @dataclass
@@ -180,7 +182,8 @@ class Engine:
                 self._emit(r, out[i], t1)
         for j, r in enumerate(decodes):
             self._emit(r, out[len(chunks) + j], t1)
-        return StepRecord(t0, t1, len(chunks), ctx_tokens, len(decodes), name, c1 - c0)
+        return StepRecord(t0, t1, len(chunks), ctx_tokens, len(decodes), name, c1 - c0,
+                          sum(batch.dec_ctx) + len(decodes), sum(c * (k + c / 2) for _, k, c in batch.chunks))
 
     def _emit(self, r: Request, token: int, t_ns: int) -> None:
         r.output.append(token)
