@@ -3,6 +3,7 @@ give what one full forward gives), the scheduler keeps the simulator's policy se
 without torch, and `stallscope capture` without torch says in one line how to install it."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -168,3 +169,27 @@ def test_the_capture_extra_pins_the_local_cpu_torch_and_the_package_ships():
     for f in ("pyproject.toml", "Makefile"):
         for spec in re.findall(r"\btorch\s*[=<>~!]=?\s*[\w.*+]+", (ROOT / f).read_text()):
             assert spec == "torch==2.13.0", (f, spec)
+
+
+def test_requests_cut_off_by_the_drain_limit_are_failed_requests_that_still_parse(tmp_path):
+    import stallscope
+    from stallscope.capture.runner import CaptureSpec, capture
+
+    spec = CaptureSpec(policy="chunked", budget=64, duration_s=1.5, drain_s=0.0, rate=20, output_len="400",
+                       prompt_len="40:0.3", incident=None, max_num_seqs=8, record_shapes=False,
+                       model=ModelConfig(vocab=512, d_model=64, n_layers=1, n_heads=4, n_kv_heads=2, ffn=128,
+                                         max_model_len=512))
+    res = capture(spec, tmp_path / "cut")
+    n_cut = res.engine.unfinished
+    assert n_cut > 0     # 400-token outputs at 20 req/s cannot finish inside 1.5 s without a drain
+    doc = json.loads((tmp_path / "cut" / "bench_serve.json").read_text())
+    assert doc["failed"] == n_cut and doc["completed"] == len(res.engine.requests) - n_cut
+    s = stallscope.open(":memory:")
+    try:
+        report = s.ingest([tmp_path / "cut"])
+        assert all(r.status == "ingested" and r.rejected == 0 for r in report), \
+            [(r.path, r.rejected, r.message) for r in report]
+        assert s.sql("SELECT count(*) FROM requests WHERE kind = 'client' AND status = 'failed'").item() == n_cut
+        assert s.sql("SELECT count(*) FROM steps").item() == len(res.engine.steps)
+    finally:
+        s.close()
