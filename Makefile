@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DEMO_DB ?= demo.duckdb
 DEMO ?= sample_traces/unchunked-long-prompt-stall
 
-.PHONY: demo test venv dev docs bench clean
+.PHONY: demo test venv dev docs bench clean capture-demo
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -15,13 +15,32 @@ venv: $(BIN)/python
 	$(BIN)/python -m pip install -q -e .
 
 dev: $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install -q -e '.[test,capture]'
 
 # The main job on a bundled sample: ingest it into an embedded DuckDB file and report the stalls it finds.
 demo: venv
 	rm -f $(DEMO_DB)
 	$(BIN)/stallscope ingest $(DEMO) --db $(DEMO_DB)
 	$(BIN)/stallscope analyze --db $(DEMO_DB) --slo ttft=2s,tpot=50ms,itl=200ms --json demo-analysis.json
+
+# A real capture on this machine's CPU: 20 s of serving in each mode, the two at the same time (one core each,
+# so both see the same machine), then the analysis of each and their client-side ITLs side by side.
+CAPTURE_DEMO ?= capture-demo
+CAPTURE_ARGS ?= --duration 20 --incident long-prompts:count=4,tokens=3072,spacing=1
+capture-demo: dev
+	rm -rf $(CAPTURE_DEMO)
+	$(BIN)/stallscope capture --out $(CAPTURE_DEMO)/unchunked --policy unchunked $(CAPTURE_ARGS) & pid=$$!; \
+	$(BIN)/stallscope capture --out $(CAPTURE_DEMO)/chunked --policy chunked --budget 32 $(CAPTURE_ARGS) \
+	  && wait $$pid
+	for m in unchunked chunked; do echo "== $$m"; \
+	  $(BIN)/stallscope analyze $(CAPTURE_DEMO)/$$m --db $(CAPTURE_DEMO)/$$m.duckdb --json $(CAPTURE_DEMO)/$$m-analysis.json \
+	    --top 5 || exit 1; done
+	$(BIN)/stallscope ingest $(CAPTURE_DEMO)/*/bench_serve.json --db $(CAPTURE_DEMO)/side-by-side.duckdb > /dev/null
+	$(BIN)/stallscope sql --db $(CAPTURE_DEMO)/side-by-side.duckdb \
+	  "SELECT regexp_extract(s.path, '([a-z]+)/bench_serve.json', 1) AS mode, count(DISTINCT g.request_id) AS requests, \
+	          round(median(g.gap_ns) / 1e6, 1) AS itl_p50_ms, round(quantile_cont(g.gap_ns, 0.99) / 1e6, 1) AS itl_p99_ms, \
+	          round(max(g.gap_ns) / 1e6, 1) AS worst_gap_ms \
+	   FROM token_gaps g JOIN sources s USING (source_id) GROUP BY 1 ORDER BY 1 DESC"
 
 # The whole test suite.
 test: dev
@@ -34,4 +53,4 @@ bench: dev
 	$(BIN)/python bench/bench_kineto.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info $(DEMO_DB) demo-analysis.json .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info $(DEMO_DB) demo-analysis.json .pytest_cache $(CAPTURE_DEMO)

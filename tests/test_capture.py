@@ -1,0 +1,174 @@
+"""Real captures on CPU, end to end: a short run with a long-prompt incident in each mode, side by side
+(unchunked through the `stallscope capture` command, chunked with a small budget in-process), every file read
+back by the real parsers, and `stallscope analyze` finding the stalls the long prefills caused, fewer and
+smaller ones under chunking.
+
+Timings are real wall-clock measurements: a shared or slow machine stretches every step, but the prefill-decode
+interference that separates the two modes is an order of magnitude larger than that noise.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+if not os.environ.get("STALLSCOPE_ALLOW_NO_TORCH"):
+    import torch  # noqa: F401  (make dev installs the capture extra: a missing torch is a failure, not a skip)
+pytest.importorskip("torch")
+
+import stallscope  # noqa: E402
+from stallscope.analyze import analyze  # noqa: E402
+from stallscope.capture.runner import CaptureSpec, capture  # noqa: E402
+
+DURATION = 12.0
+LONG = 3072         # unchunked, one such prefill stalls every running decode for ~1 s on one core
+INCIDENT = f"long-prompts:count=4,tokens={LONG},spacing=1"
+SMALL_BUDGET = 32   # >= max_num_seqs (16): at most 16 prefill tokens ride along with 16 decodes
+
+
+def _ingest_and_analyze(d: Path):
+    store = stallscope.open(":memory:")
+    report = store.ingest([d])
+    doc = analyze(store.con)
+    return store, report, doc
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory):
+    """Both modes captured at the same time, one core each (torch uses one thread per capture), so that they
+    see the same machine: the unchunked one through the `stallscope capture` command, the chunked one
+    in-process (its engine records are compared with what the parsers read back)."""
+    base = tmp_path_factory.mktemp("cap")
+    ud, cd = base / "unchunked", base / "chunked"
+    proc = subprocess.Popen([sys.executable, "-m", "stallscope.cli", "capture", "--out", str(ud), "--policy",
+                             "unchunked", "--duration", str(DURATION), "--incident", INCIDENT],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        res = capture(CaptureSpec(policy="chunked", budget=SMALL_BUDGET, duration_s=DURATION, incident=INCIDENT), cd)
+        stdout, stderr = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-2000:]
+    line = next(x for x in stdout.splitlines() if x.startswith("capture: "))
+    runs = {"unchunked": {"dir": ud, "summary": json.loads(line.removeprefix("capture: "))},
+            "chunked": {"dir": cd, "result": res, "summary": res.summary()}}
+    for run in runs.values():
+        run["store"], run["report"], run["analysis"] = _ingest_and_analyze(run["dir"])
+    yield runs
+    for run in runs.values():
+        run["store"].close()
+
+
+@pytest.fixture(scope="module")
+def unchunked(captures):
+    return captures["unchunked"]
+
+
+@pytest.fixture(scope="module")
+def chunked(captures):
+    return captures["chunked"]
+
+
+def _itl(run) -> tuple[float, float]:
+    """(p99, max) of the client-side inter-token gaps, ms, as the store holds them."""
+    p99, worst = run["store"].sql("SELECT quantile_cont(gap_ns, 0.99) / 1e6, max(gap_ns) / 1e6 FROM token_gaps").row(0)
+    return p99, worst
+
+
+def test_all_three_files_ingest_with_zero_rejects(unchunked, chunked):
+    for run in (unchunked, chunked):
+        rep = run["report"]
+        assert sorted(r.parser for r in rep) == ["bench_json", "kineto", "vllm_log"]
+        assert all(r.status == "ingested" and r.rejected == 0 for r in rep), \
+            [(r.path, r.status, r.rejected, r.message) for r in rep]
+        assert run["store"].sql("SELECT count(*) FROM rejects").item() == 0
+        n = run["summary"]["requests"]
+        q = run["store"].sql("SELECT kind, count(*), count(server_request_id) FROM requests "
+                             "GROUP BY kind ORDER BY kind")
+        assert q.rows() == [("client", n, n), ("server", n, n)]   # every client request matched to its log line
+        assert run["store"].sql("SELECT count(*) FROM engine_stats").item() >= 1
+
+
+def test_client_timings_land_on_the_clock_the_engine_stamped(chunked):
+    """The bench JSON has only perf_counter sends; matched to the log's 1-s Received lines, every request's send
+    and first token must land where the engine's wall clock put them."""
+    res = chunked["result"]
+    off = res.epoch_of_perf_ns
+    got = chunked["store"].sql("""SELECT arrival_ns, first_token_ns FROM requests WHERE kind = 'client'
+                                  ORDER BY request_index""").rows()
+    reqs = res.engine.requests
+    assert len(got) == len(reqs)
+    err = [max(abs(a - (r.send_ns + off)), abs(f - (r.token_ns[0] + off))) for (a, f), r in zip(got, reqs)]
+    assert max(err) < 250_000_000, max(err)
+
+
+def test_the_trace_is_torch_profiler_output_with_aten_cpu_ops(chunked):
+    path = chunked["dir"] / "trace.pt.trace.json"
+    with open(path, "rb") as f:
+        head = f.read(2_000_000)
+    # Kineto's own layout: the header keys before traceEvents, then the events, shapes recorded on each op
+    hdr = head[:head.index(b'"traceEvents"')]
+    assert re.search(rb'"schemaVersion": 1,', hdr) and re.search(rb'"record_shapes": 1,', hdr)
+    assert re.search(rb'"baseTimeNanoseconds": \d{19},', hdr)
+    assert re.search(rb'"cat": "cpu_op",\s+"name": "aten::mm",.*?"Input Dims": \[\[', head, re.S)
+    store = chunked["store"]
+    names = set(store.sql("SELECT DISTINCT name FROM cpu_ops WHERE category = 'cpu_op'").to_series())
+    assert {"aten::mm", "aten::addmm", "aten::scaled_dot_product_attention", "aten::index_put_"} <= names
+    assert all(n.startswith("aten::") for n in names)
+    n_ops = store.sql("SELECT count(*) FROM cpu_ops WHERE category = 'cpu_op'").item()
+    assert n_ops > 100 * len(chunked["result"].engine.steps)
+    # never written by hand: no module of the capture package builds trace events itself
+    for src in (ROOT / "stallscope" / "capture").glob("*.py"):
+        text = src.read_text()
+        assert "traceEvents" not in text and '"ph"' not in text, src
+
+
+def test_step_annotations_become_steps_with_the_engine_composition(chunked, unchunked):
+    res = chunked["result"]
+    eng = res.engine.steps
+    st = chunked["store"].sql("""SELECT marker, annotation_kind, cpu_start_ns, cpu_end_ns, ctx_reqs, ctx_tokens,
+                                        gen_reqs, gen_tokens, phase FROM steps ORDER BY step_index""")
+    assert st.height == len(eng) > 100
+    assert set(st["marker"]) == {"vllm_annotation"} and set(st["annotation_kind"]) == {"context_generation"}
+    assert st["ctx_reqs"].to_list() == [s.ctx_reqs for s in eng]
+    assert st["ctx_tokens"].to_list() == [s.ctx_tokens for s in eng]
+    assert st["gen_reqs"].to_list() == [s.gen_reqs for s in eng] == st["gen_tokens"].to_list()
+    # every prompt token computed exactly once; no step over the budget; decodes ride along with chunks
+    assert sum(st["ctx_tokens"]) == sum(len(r.prompt) for r in res.engine.requests)
+    assert max(a + b for a, b in zip(st["ctx_tokens"], st["gen_tokens"])) <= SMALL_BUDGET
+    assert "mixed" in set(st["phase"])
+    # the trace's clock is the clock the engine stamped its steps with (Kineto and the wall clock agree)
+    off = res.epoch_of_perf_ns
+    d = sorted(abs(a - (s.start_ns + off)) for a, s in zip(st["cpu_start_ns"], eng))
+    assert d[len(d) // 2] < 1_000_000
+    # unchunked: prefill-only or decode-only steps, as many as the engine ran
+    u = unchunked["store"].sql("SELECT phase, count(*) FROM steps GROUP BY phase").rows()
+    assert sum(n for _, n in u) == unchunked["summary"]["steps"]
+    assert {p for p, _ in u} == {"prefill", "decode"}
+
+
+def test_analyze_finds_the_long_prefill_stalls_unchunked_and_fewer_smaller_ones_chunked(unchunked, chunked):
+    ua, ca = unchunked["analysis"], chunked["analysis"]
+    us, cs = ua["spikes"], ca["spikes"]
+    assert us, "no stalls found in the unchunked capture"
+    worst = max(us, key=lambda s: s["gap_ms"])
+    assert worst["culprits"] and worst["culprits"][0]["prompt_tokens"] == LONG
+    long_culprits = {s["culprits"][0]["request_id"] for s in us if s["culprits"]
+                     and s["culprits"][0]["prompt_tokens"] == LONG}
+    assert len(long_culprits) >= 2          # the incident's long prompts, each named as a stall's top culprit
+    # chunked with a small budget: fewer spikes, a smaller worst gap and a lower p99 ITL
+    why = f"unchunked {unchunked['summary']}, chunked {chunked['summary']}"
+    assert len(cs) < len(us), why
+    c_worst = max((s["gap_ms"] for s in cs), default=0.0)
+    assert c_worst < worst["gap_ms"], why
+    (u_p99, u_max), (c_p99, c_max) = _itl(unchunked), _itl(chunked)
+    assert c_p99 < u_p99 and c_max < u_max, why
+    assert abs(u_max - worst["gap_ms"]) < 0.01    # the worst client gap is the worst spike
