@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from . import figures as F
-from .page import Bullets, Heading, Image, Para, Table, clip, num, to_html, to_markdown
+from .page import Bullets, Heading, Image, Para, Table, _ticks, clip, num, to_html, to_markdown
 
 TOP = 10
 
@@ -294,5 +293,4 @@ def _method(a: dict, b: list) -> None:
                    "culprits come from ", ("code", "spike_culprits"), "; the counterfactual from ",
                    ("code", "request_counterfactual"), "."]))
     for name, _, title in F.ALL:
-        parts = re.split(r"`([^`]+)`", F.about(name))
-        b.append(Para([("b", title + ". ")] + [("code", p) if i % 2 else p for i, p in enumerate(parts) if p]))
+        b.append(Para([("b", title + ". ")] + _ticks(F.about(name))))

@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter, ScalarFormatter
+from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
 # Above this many points a scatter becomes a density view (a picture of 10^5 dots is a grey smear).
 MAX_POINTS = 200_000
@@ -179,6 +179,7 @@ def timeline(store, analysis: dict | None = None) -> Figure:
     if itl:
         ax.axhline(itl, ls="--", lw=1, color="#d62728", alpha=0.7, label=f"ITL SLO {itl:g} ms")
     ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(ScalarFormatter())
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_ylabel("gap (ms, log scale)")

@@ -72,6 +72,12 @@ def num(v, digits: int = 1, unit: str = "") -> str:
     return f"{f:,.{digits}f}{unit}"
 
 
+def _ticks(text: str) -> list:
+    """Our own prose with `names` in backticks, as runs (names become code)."""
+    parts = re.split(r"`([^`]+)`", text)
+    return [("code", p) if i % 2 else p for i, p in enumerate(parts) if p]
+
+
 # -- Markdown -----------------------------------------------------------------------------------------------------
 _MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
 
@@ -115,7 +121,7 @@ def to_markdown(blocks) -> str:
                 lines.append("| " + " | ".join(md_escape(c) for c in row) + " |")
             lines.append("")
         elif isinstance(b, Image):
-            lines += [f"![{md_escape(b.alt)}]({b.name}.png)", "", "*" + md_escape(b.caption) + "*", ""]
+            lines += [f"![{md_escape(b.alt)}]({b.name}.png)", "", _md_runs(_ticks(b.caption)), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -131,8 +137,8 @@ h3{font-size:16px;margin:20px 0 6px}
 p,li{max-width:100%;overflow-wrap:anywhere}
 code{font:13px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;background:#f3f3f5;padding:1px 4px;border-radius:3px}
 table{border-collapse:collapse;width:100%;margin:8px 0 16px;font-size:13px;table-layout:auto}
-th,td{border:1px solid #ddd;padding:4px 6px;text-align:left;vertical-align:top;overflow-wrap:anywhere;
-      word-break:break-word;max-width:360px}
+th,td{border:1px solid #ddd;padding:4px 6px;text-align:left;vertical-align:top;max-width:360px}
+td.w{overflow-wrap:anywhere}
 th{background:#f5f5f7}td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 figure{margin:12px 0 24px}figure img{max-width:100%;height:auto;border:1px solid #eee}
 figcaption{font-size:13px;color:#555;margin-top:4px}
@@ -170,12 +176,13 @@ def to_html(blocks, title: str) -> str:
             head = "".join(f"<th>{html.escape(h, quote=True)}</th>" for h in b.header)
             body = "".join(
                 "<tr>" + "".join(f'<td class="n">{html.escape(c, quote=True)}</td>' if num_cols[i]
+                                 else f'<td class="w">{html.escape(c, quote=True)}</td>' if len(c) > 24
                                  else f"<td>{html.escape(c, quote=True)}</td>" for i, c in enumerate(row)) + "</tr>"
                 for row in b.rows)
             parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
         elif isinstance(b, Image):
             data = base64.b64encode(b.png).decode("ascii")
             parts.append(f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(b.alt, quote=True)}"'
-                         f' width="1000"><figcaption>{html.escape(b.caption, quote=True)}</figcaption></figure>')
+                         f' width="1000"><figcaption>{_html_runs(_ticks(b.caption))}</figcaption></figure>')
     parts += ["</body>", "</html>"]
     return "\n".join(parts) + "\n"
