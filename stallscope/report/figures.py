@@ -183,7 +183,7 @@ def timeline(store, analysis: dict | None = None) -> Figure:
     ax.yaxis.set_major_formatter(ScalarFormatter())
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_ylabel("gap (ms, log scale)")
-    ax.legend(loc="upper left", fontsize=8, framealpha=0.85)
+    ax.legend(loc="best", fontsize=8, framealpha=0.85)
     _prefill_panel(con, axp, steps, t0)
     axp.set_xlabel(_time_label(t0))
     return fig
@@ -226,7 +226,9 @@ def _prefill_panel(con, axp, steps: dict, t0: int) -> None:
         axp.set_ylabel("prompt tokens\n(inferred prefill)")
         return
     axp.set_ylabel("prefill")
-    _note(axp, "no prefill evidence: no traced steps and no request timings")
+    _note(axp, "no prefill evidence: the traced steps carry no prefill tokens or prefill/decode kernel split, "
+               "and no request timings cover the window" if steps["end_ns"].size else
+          "no prefill evidence: no traced steps and no request timings")
 
 
 # -- tokens/s against goodput -----------------------------------------------------------------------------------
@@ -244,6 +246,9 @@ def throughput(store, analysis: dict | None = None) -> Figure:
     bin_s = max(dur_s / 300.0, 0.05 if dur_s < 30 else 0.5)
     window_bins = max(1, int(round(max(dur_s / 12.0, 5 * bin_s) / bin_s)))
     d = _arrays(con, f"SELECT * FROM report_throughput({bin_s!r}, {window_bins})")
+    if not (np.nan_to_num(d["tokens_per_s"]) > 0).any() and not np.isfinite(d["goodput_rps"]).any():
+        return _unavailable(title, "no token counts: no requests, and the traced steps carry no batch composition",
+                            "time (s)", "tokens/s")
     t0 = _origin(con, analysis) or int(span[0])
     x = (d["bin_start_ns"] + bin_s * 1e9 - t0) / 1e9
     fig, (ax,) = _new()
@@ -383,7 +388,10 @@ def step_time(store, analysis: dict | None = None) -> Figure:
         if bits:
             ax.text(0.99, 0.02, "model: " + ", ".join(bits), transform=ax.transAxes, ha="right", va="bottom",
                     fontsize=8, color="#333333")
-    else:
+    if not (d["tokens"] > 0).any():
+        _note(ax, "the traced steps carry no prefill token counts (no batch-composition annotation, no requests "
+                  "to assign chunks to)")
+    if not (isinstance(coefs, dict) and coefs):
         ax.text(0.99, 0.02, "fitted step-time model: not computed (no recommendation)", transform=ax.transAxes,
                 ha="right", va="bottom", fontsize=9, color="#555555")
     ax.set_xlabel("prefill tokens in the step")

@@ -16,10 +16,13 @@ Processes and threads (the track names users see):
 - `stallscope: decode gaps`: one thread per request (`request <id>`), a slice per streamed-chunk gap; for traces
   no client data covers, one thread per trace (`engine step gaps <file>`), a slice per step gap.
 - `stallscope: spikes`: the analysis's spikes, on the stalled request's thread (`request <id>`) or the trace's
-  (`engine step gaps <file>`), named `spike <gap> ms (x<ratio>)`, with the rule, baseline, excess, prefill share,
+  (`engine step spikes <file>`), named `spike <gap> ms (x<ratio>)`, with the rule, baseline, excess, prefill share,
   evidence and culprits (request, prompt tokens, prefill time in the gap) in `args`.
 - `stallscope: prefill chunks`: the prefill chunks assigned to each request (`request <id>`), one slice per step
-  that computed part of its prompt, and per trace the steps that ran prefill work (`prefill steps <file>`).
+  that computed part of its prompt (`prefill chunk <n> tok`; `inferred prefill` windows when no trace covers the
+  request), and per trace the steps that ran prefill work (`prefill steps <file>`: `prefill <n> tok`), plus the
+  steps that stalled a spike where the trace cannot split prefill from decode work (`stalling step (prefill not
+  split)`).
 """
 from __future__ import annotations
 
@@ -45,9 +48,10 @@ SELECT source_id, pid, CAST(source_id * 10000 + dense_rank() OVER (PARTITION BY 
 FROM (SELECT DISTINCT source_id, pid FROM cpu_ops UNION SELECT DISTINCT source_id, pid FROM runtime_calls);
 
 CREATE OR REPLACE TEMP TABLE _pf_req AS
-SELECT source_id, run_line, request_id, any_value(report_id) AS report_id,
-       CAST(1 + row_number() OVER (ORDER BY min(arrival_ns) NULLS LAST, source_id, run_line, request_id) AS BIGINT) AS tid
-FROM request_metrics WHERE kind = 'client' GROUP BY ALL;
+SELECT source_id, run_line, request_id, report_id,
+       CAST(1 + row_number() OVER (ORDER BY arrival_ns NULLS LAST, source_id, run_line, request_id) AS BIGINT) AS tid
+FROM (SELECT source_id, run_line, request_id, any_value(report_id) AS report_id, min(arrival_ns) AS arrival_ns
+      FROM request_metrics WHERE kind = 'client' GROUP BY source_id, run_line, request_id);
 
 CREATE OR REPLACE TEMP TABLE _pf_src AS
 SELECT source_id, regexp_extract(path, '[^/\\]*$') AS file FROM sources;
@@ -123,8 +127,8 @@ SELECT 'spike ' || CAST(round(s.gap_ns / 1e6, 1) AS VARCHAR) || ' ms (x'
                    'culprits', coalesce(c.culprits, '[]'::JSON))
 FROM spikes s JOIN spike_attribution a USING (spike_id)
 LEFT JOIN _pf_req q ON q.source_id = s.source_id AND q.run_line = s.run_line AND q.request_id = s.request_id
-LEFT JOIN (SELECT spike_id, json_group_array(json_object('request_id', report_id, 'prompt_tokens', prompt_tokens,
-                                                         'overlap_ms', overlap_ns / 1e6) ORDER BY rank) AS culprits
+LEFT JOIN (SELECT spike_id, to_json(list(json_object('request_id', report_id, 'prompt_tokens', prompt_tokens,
+                                                   'overlap_ms', overlap_ns / 1e6) ORDER BY rank)) AS culprits
            FROM spike_culprits WHERE rank <= 5 GROUP BY spike_id) c USING (spike_id), o
 WHERE s.level = 'step' OR q.tid IS NOT NULL
 UNION ALL
@@ -149,7 +153,18 @@ SELECT 'prefill ' || coalesce(CAST(p.ctx_tokens AS VARCHAR) || ' tok', CAST(roun
        json_object('step_index', p.step_index, 'prefill_tokens', p.ctx_tokens, 'prefill_requests', p.ctx_reqs,
                    'prefill_gpu_ms', p.prefill_gpu_ns / 1e6, 'phase', p.phase)
 FROM step_phase p, o
-WHERE p.kernel_count > 0 AND (p.ctx_tokens > 0 OR p.prefill_gpu_ns > 0 OR p.phase IN ('prefill', 'mixed'));
+WHERE p.kernel_count > 0 AND (p.ctx_tokens > 0 OR p.prefill_gpu_ns > 0 OR p.phase IN ('prefill', 'mixed'))
+UNION ALL
+-- Steps that stalled a spike although the trace cannot say how much of their work was prefill (evidence
+-- `steps`): shown on the same track, named for what is known.
+SELECT 'stalling step (prefill not split)', 'stallscope_chunk', 'X', round((p.start_ns - o.t0) / 1000.0, 3),
+       (p.end_ns - p.start_ns) / 1000.0, {PID_CHUNKS}, {STEP_TID_BASE} + p.source_id,
+       json_object('step_index', p.step_index, 'spikes', x.spikes, 'evidence', 'steps', 'phase', p.phase)
+FROM step_phase p
+JOIN (SELECT coalesce(s.step_id, a.stalling_step_id) AS step_id, count(*) AS spikes
+      FROM spikes s JOIN spike_attribution a USING (spike_id) WHERE a.evidence = 'steps' GROUP BY 1) x USING (step_id), o
+WHERE p.kernel_count > 0
+  AND NOT (coalesce(p.ctx_tokens, 0) > 0 OR coalesce(p.prefill_gpu_ns, 0) > 0 OR coalesce(p.phase IN ('prefill', 'mixed'), false));
 
 CREATE OR REPLACE TEMP TABLE _pf_meta AS
 WITH used AS (SELECT DISTINCT pid, tid FROM _pf_events),
@@ -165,7 +180,8 @@ pname AS (
 tname AS (
     SELECT u.pid, u.tid, CASE
         WHEN u.pid IN ({PID_SPIKES}, {PID_GAPS}, {PID_CHUNKS}) AND u.tid >= {STEP_TID_BASE} THEN
-            (CASE u.pid WHEN {PID_CHUNKS} THEN 'prefill steps ' ELSE 'engine step gaps ' END)
+            (CASE u.pid WHEN {PID_CHUNKS} THEN 'prefill steps ' WHEN {PID_SPIKES} THEN 'engine step spikes '
+                        ELSE 'engine step gaps ' END)
             || coalesce((SELECT file FROM _pf_src WHERE source_id = u.tid - {STEP_TID_BASE}), '')
         WHEN u.pid IN ({PID_SPIKES}, {PID_GAPS}, {PID_CHUNKS}) THEN
             'request ' || left(coalesce((SELECT report_id FROM _pf_req q WHERE q.tid = u.tid), '?'), 200)
