@@ -17,7 +17,8 @@ WITH v AS (
     SELECT 'step_gap', gap_ns / 1e6 FROM step_gaps
     WHERE gap_ns >= 0 AND NOT EXISTS (SELECT 1 FROM client_gaps)),
 r AS (SELECT series, value_ms, row_number() OVER (PARTITION BY series ORDER BY value_ms) AS rn,
+             cume_dist() OVER (PARTITION BY series ORDER BY value_ms) AS fraction,
              count(*) OVER (PARTITION BY series) AS n FROM v WHERE isfinite(value_ms))
-SELECT series, value_ms, rn / n AS fraction, n FROM r
+SELECT series, value_ms, fraction, n FROM r
 WHERE rn = 1 OR rn = n OR rn % CAST(ceil(n / 2000.0) AS BIGINT) = 0
 ORDER BY series, rn;
