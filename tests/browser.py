@@ -54,6 +54,7 @@ class _Cdp:
 
     def call(self, method: str, **params) -> dict:
         i = next(self.ids)
+        self.ws.settimeout(60)  # wait_for and drain leave short timeouts behind; a full-page screenshot takes a while
         self.ws.send(json.dumps({"id": i, "method": method, "params": params}))
         while True:
             msg = json.loads(self.ws.recv())
