@@ -2,14 +2,14 @@
 -- one dot each: nx time bins across the gaps' span by ny bins of log(gap). Client chunk gaps when the store
 -- has any, else the traces' engine step gaps.
 -- @depends client_gaps, step_gaps
--- @param nx   Number of time bins.
--- @param ny   Number of log-spaced gap bins.
+-- @param nx   Number of time bins (default 400).
+-- @param ny   Number of log-spaced gap bins (default 80).
 -- @column x0_ns     BIGINT   Time bin start, ns since Unix epoch, UTC.
 -- @column x1_ns     BIGINT   Time bin end, ns since Unix epoch, UTC.
 -- @column y0_ms     DOUBLE   Gap bin lower edge, ms.
 -- @column y1_ms     DOUBLE   Gap bin upper edge, ms.
 -- @column gaps      BIGINT   Gaps ending in the time bin whose length falls in the gap bin.
-CREATE OR REPLACE TEMP MACRO report_gap_density(nx, ny) AS TABLE
+CREATE OR REPLACE TEMP MACRO report_gap_density(nx := 400, ny := 80) AS TABLE
 WITH g AS (
     SELECT end_ns, gap_ns FROM client_gaps WHERE gap_ns > 0
     UNION ALL

@@ -5,13 +5,13 @@
 -- without chunk data at their completion; with no requests at all, the traced steps' decode tokens. Goodput
 -- is good requests completing per second (NULL with no judged requests).
 -- @depends report_requests, step_phase
--- @param bin_s        Bin width, s.
--- @param window_bins  Bins in the rolling window.
+-- @param bin_s        Bin width, s (default 1).
+-- @param window_bins  Bins in the rolling window (default 10).
 -- @column bin_start_ns    BIGINT   Bin start, ns since Unix epoch, UTC.
 -- @column tokens_per_s    DOUBLE   Rolling output tokens per second.
 -- @column goodput_rps     DOUBLE   Rolling good requests completed per second (NULL without judged requests).
 -- @column completed_rps   DOUBLE   Rolling requests completed per second (NULL without judged requests).
-CREATE OR REPLACE TEMP MACRO report_throughput(bin_s, window_bins) AS TABLE
+CREATE OR REPLACE TEMP MACRO report_throughput(bin_s := 1.0, window_bins := 10) AS TABLE
 WITH rq AS (SELECT r.*, m.first_token_ns, m.gaps FROM report_requests r
             JOIN request_metrics m USING (source_id, run_line, request_id)),
 tok AS (

@@ -158,7 +158,7 @@ def test_throughput_figure_plots_the_view(unchunked):
     good = np.asarray(_gid(fig, "goodput_rps").get_ydata())
     assert tok.max() > 1000 and np.nanmax(good) > 0
     # unrolled, the rolling means add up to what was produced: every output token and every good request
-    d = s.sql("SELECT * FROM report_throughput(1.0, 1)")
+    d = s.sql("SELECT * FROM report_throughput(bin_s := 1.0, window_bins := 1)")
     assert round(d["tokens_per_s"].sum()) == s.sql("SELECT sum(output_tokens) FROM report_requests").item()
     assert round(d["goodput_rps"].sum()) == a["requests"]["good"]
 

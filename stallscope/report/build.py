@@ -124,15 +124,15 @@ def _headline(con, a: dict, b: list) -> None:
                         if k.endswith("_ms") and isinstance(v, (int, float))) or "none set"
     met = a.get("meets_attainment")
     items = [
-        [("b", "Goodput "), f"{num(a.get('goodput_rps'), 3)} req/s against ",
+        [("b", "Goodput"), " ", f"{num(a.get('goodput_rps'), 3)} req/s against ",
          ("b", f"{num(h.get('tokens_per_s'), 0)} output tokens/s"),
          f" ({'requests' if h.get('basis') == 'requests' else 'traced decode tokens'} over "
          f"{num(h.get('duration_s'), 1)} s)."],
-        [("b", "Attainment "), f"{_pct(a.get('attainment'))} of {num(req.get('total'))} requests good "
+        [("b", "Attainment"), " ", f"{_pct(a.get('attainment'))} of {num(req.get('total'))} requests good "
          f"(target {_pct(slo.get('attainment'))}: "
          f"{'n/a' if met is None else 'met' if met else 'missed'}); SLOs: {slo_txt}; "
          f"{num(req.get('failed'))} failed."],
-        [("b", "Lost goodput "), f"{num(a.get('goodput_lost_rps'), 3)} req/s: without prefill-decode interference "
+        [("b", "Lost goodput"), " ", f"{num(a.get('goodput_lost_rps'), 3)} req/s: without prefill-decode interference "
          f"{num(a.get('goodput_counterfactual_rps'), 3)} req/s ({num(req.get('lost'))} more good requests; an "
          "upper bound, ideal disaggregation with no KV-transfer cost)."],
     ]
@@ -201,14 +201,14 @@ def _recommendation(a: dict, b: list, img: dict) -> None:
     b.append(Heading(2, "Recommendation"))
     rec = a.get("recommendation")
     if not isinstance(rec, dict):
-        b.append(Para([("b", "Not computed. "), "This analysis carries no ", ("code", "recommendation"),
+        b.append(Para([("b", "Not computed."), " This analysis carries no ", ("code", "recommendation"),
                        " object; the figures below show the observed steps only."]))
         b.append(img["step_time"])
         b.append(img["chunk_goodput"])
         return
     items = []
     if rec.get("setting"):
-        items.append([("b", "Set "), clip(rec["setting"], 200), f" ({clip(rec.get('engine'))})."])
+        items.append([("b", "Set"), " ", clip(rec["setting"], 200), f" ({clip(rec.get('engine'))})."])
     items.append([f"Chunk budget {num(rec.get('chunk_tokens'))} tokens (the incident ran with "
                   f"{num(rec.get('current_chunk_tokens'))}; policy observed: {clip(rec.get('policy_observed'))})."])
     band = rec.get("goodput_band_rps")
@@ -222,7 +222,7 @@ def _recommendation(a: dict, b: list, img: dict) -> None:
         split = rec.get("prefill_decode_split")
         split_txt = (f", prefill:decode split {num(split[0])}:{num(split[1])}"
                      if isinstance(split, (list, tuple)) and len(split) == 2 else "")
-        items.append([("b", "Placement "), f"{clip(rec['placement'])}{split_txt} (margin "
+        items.append([("b", "Placement"), " ", f"{clip(rec['placement'])}{split_txt} (margin "
                       f"{num(rec.get('placement_margin'), 3)})."])
     model = rec.get("model") if isinstance(rec.get("model"), dict) else {}
     if model:
@@ -293,4 +293,4 @@ def _method(a: dict, b: list) -> None:
                    "culprits come from ", ("code", "spike_culprits"), "; the counterfactual from ",
                    ("code", "request_counterfactual"), "."]))
     for name, _, title in F.ALL:
-        b.append(Para([("b", title + ". ")] + _ticks(F.about(name))))
+        b.append(Para([("b", title + "."), " "] + _ticks(F.about(name))))

@@ -161,7 +161,7 @@ def timeline(store, analysis: dict | None = None) -> Figure:
                    label=f"streamed-chunk gaps ({n_client:,})", rasterized=True, gid="gaps")
         drawn = True
     elif n_client:
-        d = _arrays(con, "SELECT * FROM report_gap_density(400, 80)")
+        d = _arrays(con, "SELECT * FROM report_gap_density(nx := 400, ny := 80)")
         _density(ax, d, t0)
         ax.plot([], [], "s", color="#4a6fa5", label=f"streamed-chunk gaps, density ({n_client:,})")
         drawn = True
@@ -245,7 +245,7 @@ def throughput(store, analysis: dict | None = None) -> Figure:
     dur_s = max((span[1] - span[0]) / 1e9, 1e-3)
     bin_s = max(dur_s / 300.0, 0.05 if dur_s < 30 else 0.5)
     window_bins = max(1, int(round(max(dur_s / 12.0, 5 * bin_s) / bin_s)))
-    d = _arrays(con, f"SELECT * FROM report_throughput({bin_s!r}, {window_bins})")
+    d = _arrays(con, f"SELECT * FROM report_throughput(bin_s := {bin_s!r}, window_bins := {window_bins})")
     if not (np.nan_to_num(d["tokens_per_s"]) > 0).any() and not np.isfinite(d["goodput_rps"]).any():
         return _unavailable(title, "no token counts: no requests, and the traced steps carry no batch composition",
                             "time (s)", "tokens/s")

@@ -79,12 +79,15 @@ def _ticks(text: str) -> list:
 
 
 # -- Markdown -----------------------------------------------------------------------------------------------------
-_MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
+# Characters that open Markdown (or GFM) inline constructs anywhere in a line; block constructs (headings, lists)
+# only start a line, and every line we write starts with our own text or a table pipe.
+_MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")
 
 
 def md_escape(s: str) -> str:
-    """Plain text for Markdown: HTML-significant characters as entities, Markdown punctuation backslash-escaped,
-    so the text renders literally on GitHub/CommonMark and never opens a tag, link, emphasis or table cell."""
+    """Plain text for Markdown: HTML-significant characters as entities, inline Markdown punctuation
+    backslash-escaped, so the text renders literally on GitHub/CommonMark and never opens a tag, link, emphasis,
+    code span or table cell."""
     s = re.sub(r"[\x00-\x1f\x7f]+", " ", str(s))
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
     return _MD_PUNCT.sub(r"\\\1", s)
