@@ -89,5 +89,10 @@ def hostile_inputs() -> Path:
 @functools.lru_cache(maxsize=None)
 def hostile_report() -> tuple[Path, str]:
     out = workdir() / "hostile-report"
-    r = run_ok("report", *sorted(hostile_inputs().iterdir()), "--slo", SLO, "--out", out)
+    r = run_ok("report", *sorted(hostile_inputs().iterdir()), "--db", hostile_db(), "--slo", SLO, "--out", out)
     return out, r.stdout
+
+
+def hostile_db() -> Path:
+    """The store `hostile_report` ingests the hostile inputs into (exists once hostile_report has run)."""
+    return workdir() / "hostile.duckdb"

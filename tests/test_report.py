@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import real
 from reportkit import (FIGURES, HOSTILE_BENCH_NAME, HOSTILE_IDS, HOSTILE_MODEL, OUTPUTS, SAMPLES, SLO, artifacts,
-                       hostile_report, run_ok, sample_db, unchunked_db, unchunked_report, workdir)
+                       hostile_db, hostile_inputs, hostile_report, run_ok, sample_db, unchunked_db, unchunked_report, workdir)
 
 import stallscope
 from stallscope.analyze import Options, analyze, parse_slo
@@ -284,6 +284,24 @@ def test_hostile_input_stays_inert_and_keeps_layout():
     # NaN and negative latencies: rejected with a reason and counted, never drawn or printed as nan
     assert "not a finite non-negative number" in html and "nan" not in md.lower().replace("finite", "")
     assert HOSTILE_MODEL not in md
+
+
+def test_prompts_reach_the_report_only_when_asked(tmp_path):
+    out, _ = hostile_report()
+    log = (hostile_inputs() / "vllm_server.log").read_text()
+    prompts = re.findall(r"prompt: '([^']{40,})'", log)
+    assert len(prompts) > 100
+    pages = [(out / n).read_text() for n in ("report.html", "report.md", "analysis.json")]
+    assert not any(p[:40] in page for p in prompts[:50] for page in pages)
+    assert "first record (raw)" not in pages[0] and "--include-prompts" in pages[0]
+    s = stallscope.open(hostile_db(), read_only=True)
+    a = analyze(s.con, Options(slo=parse_slo(SLO)))
+    raw = s.sql("SELECT raw FROM rejects ORDER BY line_no, record_index LIMIT 1").item()
+    rep = build(s, a, tmp_path / "with-prompts", include_prompts=True)
+    s.close()
+    html = rep.files["report.html"].read_text()
+    assert "first record (raw)" in html and raw and len(raw) > 10
+    assert "<script" not in html.lower()
 
 
 def test_report_renders_nan_and_negative_values_from_the_store(tmp_path):

@@ -59,7 +59,11 @@ def build(store, analysis: dict, out_dir: str | Path, *, include_prompts: bool =
           top: int = TOP) -> Report:
     """Write the report for `analysis` (the `stallscope.analysis/1` object of this store) into out_dir."""
     con = getattr(store, "con", store)
+    from ..errors import StallscopeError
+
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise StallscopeError(f"--out {out} is a file, not a folder")
     out.mkdir(parents=True, exist_ok=True)
     rep = Report(out_dir=out, analysis=analysis)
     F._ensure_views(con, analysis)
