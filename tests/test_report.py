@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from conftest import real
 from reportkit import (FIGURES, HOSTILE_BENCH_NAME, HOSTILE_IDS, HOSTILE_MODEL, OUTPUTS, SAMPLES, SLO, artifacts,
-                       hostile_db, hostile_inputs, hostile_report, run_ok, sample_db, unchunked_db, unchunked_report, workdir)
+                       hostile_db, hostile_inputs, hostile_report, run_ok, sample_db, unchunked_db, unchunked_report,
+                       workdir)
 
 import stallscope
 from stallscope.analyze import Options, analyze, parse_slo

@@ -3,12 +3,13 @@
 or a SQL view; nothing here computes a statistic of its own."""
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+
+import orjson
 
 from . import figures as F
 from .page import Bullets, Heading, Image, Para, Table, _ticks, clip, num, to_html, to_markdown
@@ -44,17 +45,6 @@ def _pct(v) -> str:
     return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{100 * v:.1f}%"
 
 
-def _json_safe(o):
-    """The analysis as strict JSON: NaN and infinities (from hostile inputs) become null."""
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {k: _json_safe(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_json_safe(v) for v in o]
-    return o
-
-
 def build(store, analysis: dict, out_dir: str | Path, *, include_prompts: bool = False,
           top: int = TOP) -> Report:
     """Write the report for `analysis` (the `stallscope.analysis/1` object of this store) into out_dir."""
@@ -78,7 +68,9 @@ def build(store, analysis: dict, out_dir: str | Path, *, include_prompts: bool =
         images[name] = Image(name, title, png, F.about(name))
     blocks = _page(con, analysis, images, include_prompts, top, rep)
     rep.blocks = blocks
-    (out / "analysis.json").write_text(json.dumps(_json_safe(analysis), indent=1, allow_nan=False) + "\n")
+    # orjson writes NaN and infinities (hostile inputs) as null: the file stays strict JSON, and it is fast on
+    # analyses with 10^5 spikes.
+    (out / "analysis.json").write_bytes(orjson.dumps(analysis, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
     rep.files["analysis.json"] = out / "analysis.json"
     (out / "report.md").write_text(to_markdown(blocks), encoding="utf-8")
     rep.files["report.md"] = out / "report.md"

@@ -170,8 +170,7 @@ def timeline(store, analysis: dict | None = None) -> Figure:
                 label=f"engine step gaps ({step_gaps['end_ns'].size:,})", gid="step_gaps")
         drawn = True
     if not drawn:
-        plt_fig = _unavailable(title, "no decode gaps in the store", "time (s)", "gap (ms)")
-        return plt_fig
+        return _unavailable(title, "no decode gaps in the store", "time (s)", "gap (ms)")
     sp = _arrays(con, "SELECT end_ns, gap_ns / 1e6 AS gap_ms FROM spikes ORDER BY end_ns, spike_id")
     ax.scatter((sp["end_ns"] - t0) / 1e9, sp["gap_ms"], marker="x", s=28, c="#d62728", linewidths=1.2,
                label=f"spikes ({sp['end_ns'].size:,})", zorder=5, gid="spikes")
