@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DEMO_DB ?= demo.duckdb
 DEMO ?= sample_traces/unchunked-long-prompt-stall
 
-.PHONY: demo test venv dev docs bench clean capture-demo
+.PHONY: demo test venv dev docs bench clean capture-demo chromium
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -17,11 +17,12 @@ venv: $(BIN)/python
 dev: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test,capture]'
 
-# The main job on a bundled sample: ingest it into an embedded DuckDB file and report the stalls it finds.
+# The main job on a bundled sample: ingest it into an embedded DuckDB file and write the incident report.
 demo: venv
 	rm -f $(DEMO_DB)
 	$(BIN)/stallscope ingest $(DEMO) --db $(DEMO_DB)
-	$(BIN)/stallscope analyze --db $(DEMO_DB) --slo ttft=2s,tpot=50ms,itl=200ms --json demo-analysis.json
+	$(BIN)/stallscope report --db $(DEMO_DB) --slo ttft=2s,tpot=50ms,itl=200ms --out demo-report
+	@echo "open demo-report/report.html (self-contained; report.md and analysis.json are next to it)"
 
 # A real capture on this machine's CPU: 20 s of serving in each mode, the two at the same time (one core each,
 # so both see the same machine), then the analysis of each and their client-side ITLs side by side.
@@ -42,9 +43,18 @@ capture-demo: dev
 	          round(max(g.gap_ns) / 1e6, 1) AS worst_gap_ms \
 	   FROM token_gaps g JOIN sources s USING (source_id) GROUP BY 1 ORDER BY 1 DESC"
 
-# The whole test suite.
-test: dev
+# The whole test suite. The report's browser test needs Debian's chromium: installed here when missing (as root,
+# else through sudo); when it cannot be had the browser test fails, it is never skipped.
+test: dev chromium
 	$(BIN)/python -m pytest -q
+
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then S=; else S=sudo; fi; \
+	  command -v apt-get >/dev/null 2>&1 && \
+	  $$S env DEBIAN_FRONTEND=noninteractive apt-get update -q && \
+	  $$S env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium; } || \
+	  echo "warning: could not install chromium; tests/test_browser.py will fail"
 
 docs: venv
 	$(BIN)/python -m stallscope.schema > docs/schema.md
@@ -53,4 +63,4 @@ bench: dev
 	$(BIN)/python bench/bench_kineto.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info $(DEMO_DB) demo-analysis.json .pytest_cache $(CAPTURE_DEMO)
+	rm -rf $(VENV) build dist *.egg-info $(DEMO_DB) demo-analysis.json demo-report .pytest_cache $(CAPTURE_DEMO)

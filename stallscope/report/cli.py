@@ -1,0 +1,90 @@
+"""The `stallscope report` and `stallscope export perfetto` commands."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+export_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                         help="Export the store for other tools (Perfetto / chrome://tracing).")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report_cmd)
+    export_app.command("perfetto")(perfetto_cmd)
+    app.add_typer(export_app, name="export")
+
+
+def _open_store(paths, db, year, tz):
+    """A store holding `paths` (ingested into a fresh in-memory store, or into --db), else --db read-only."""
+    from ..errors import StallscopeError
+    from ..parsers import Options as IngestOptions
+    from ..store import DEFAULT_DB, Store
+
+    if paths:
+        store = Store(db or ":memory:")
+        report = store.ingest(paths, options=IngestOptions(year=year, tz=tz))
+        for r in report:
+            if not r.ok:
+                typer.echo(f"error: {r.message}", err=True)
+        if not any(r.ok for r in report):
+            store.close()
+            raise StallscopeError("nothing could be ingested")
+    else:
+        store = Store(db or DEFAULT_DB, read_only=True)
+    store.con.execute("SET enable_progress_bar = false")
+    return store
+
+
+def report_cmd(
+        paths: Optional[list[Path]] = typer.Argument(None, help="Input files or directories: ingested into a fresh "
+                                                                "store first (or into --db when given)."),
+        db: Optional[str] = typer.Option(None, "--db", help="Store to report on (default stallscope.duckdb)."),
+        slo: Optional[str] = typer.Option(None, "--slo", help="SLOs, e.g. ttft=500ms,tpot=50ms,itl=200ms "
+                                                             "(any subset; ms or s)."),
+        out: Path = typer.Option(Path("stallscope-report"), "--out", help="Folder for report.md, report.html, "
+                                                                          "analysis.json and the figures."),
+        include_prompts: bool = typer.Option(False, "--include-prompts",
+                                             help="Show raw input records (which can hold prompt text)."),
+        recommend: bool = typer.Option(False, "--recommend", help="Include the chunk-budget and placement "
+                                                                  "recommendation (when stallscope.recommend is installed)."),
+        attainment: float = typer.Option(0.9, "--attainment", help="Target share of good requests."),
+        spike_k: float = typer.Option(3.0, "--spike-k", help="A gap is a spike above k x the decode-only gap."),
+        top: int = typer.Option(10, "--top", help="Stall events and requests to list."),
+        year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
+        tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
+    """One incident report: terminal summary, report.md, a self-contained report.html, analysis.json, figures."""
+    import dataclasses
+
+    from ..analyze import Options, analyze, parse_slo
+    from .build import build
+    from .terminal import summary
+
+    opts = Options(slo=parse_slo(slo), attainment=attainment, spike_k=spike_k)
+    # The recommendation rides on the analysis when the analysis knows how to make one (stallscope.recommend).
+    if recommend and any(f.name == "recommend" for f in dataclasses.fields(Options)):
+        opts.recommend = True  # type: ignore[attr-defined]
+    with _open_store(paths, db, year, tz) as store:
+        result = analyze(store.con, opts)
+        rep = build(store, result, out, include_prompts=include_prompts, top=top)
+    summary(rep)
+
+
+def perfetto_cmd(
+        out: Path = typer.Argument(..., help="Output file: OUT.json, or OUT.json.gz for gzip."),
+        paths: Optional[list[Path]] = typer.Argument(None, help="Input files to ingest first (else --db)."),
+        db: Optional[str] = typer.Option(None, "--db", help="Store to export (default stallscope.duckdb)."),
+        slo: Optional[str] = typer.Option(None, "--slo", help="SLOs for the spike tracks, as for analyze."),
+        spike_k: float = typer.Option(3.0, "--spike-k", help="A gap is a spike above k x the decode-only gap."),
+        year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
+        tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
+    """Write Chrome-trace JSON for ui.perfetto.dev / chrome://tracing: kernels, CPU ops, steps, gap/spike/chunk tracks."""
+    from ..analyze import Options, parse_slo
+    from .perfetto import export
+
+    with _open_store(paths, db, year, tz) as store:
+        counts = export(store, out, Options(slo=parse_slo(slo), spike_k=spike_k))
+    total = sum(counts.values())
+    detail = ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items()))
+    typer.echo(f"wrote {out}: {total:,} events ({detail}); open it in https://ui.perfetto.dev (Open trace file)")
