@@ -9,7 +9,7 @@
 -- ranked by overlap (evidence `inferred`).
 -- @depends spikes, spike_steps, prefill_parts, request_prefill_windows, kernel_phase, step_phase
 -- @column spike_id        BIGINT   The spike.
--- @column rank            BIGINT   1 = the culprit with the most prefill time in the gap.
+-- @column rank            BIGINT   1 = the culprit with the most prefill time in the gap (ties: the longer prompt).
 -- @column source_id       INTEGER  Source of the culprit request (its benchmark file).
 -- @column run_line        BIGINT   The culprit's run.
 -- @column request_id      VARCHAR  The culprit (the source's own id).
@@ -73,7 +73,10 @@ inferred AS (
     WHERE s.level = 'request' AND s.spike_id NOT IN (SELECT spike_id FROM spike_steps)),
 allc AS (SELECT * FROM traced UNION ALL SELECT * FROM inferred),
 ranked AS (
-    SELECT spike_id, row_number() OVER (PARTITION BY spike_id ORDER BY overlap_ns DESC, report_id) AS rank,
+    SELECT spike_id, -- Equal overlaps (inferred windows that each span the whole gap) go to the longer prompt: more
+           -- prefill work in the same window.
+           row_number() OVER (PARTITION BY spike_id ORDER BY overlap_ns DESC, prompt_tokens DESC NULLS LAST, report_id)
+               AS rank,
            source_id, run_line, request_id, report_id, prompt_tokens,
            CAST(round(overlap_ns) AS BIGINT) AS overlap_ns, evidence, open_groups
     FROM allc WHERE overlap_ns > 0),

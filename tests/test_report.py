@@ -186,8 +186,10 @@ def _recommendation():
                                  for c, g in zip(grid, gp)],
             "model": {"coefficients": {"fixed_ms": 8.0, "per_decode_seq_ms": 0.05, "per_kv_token_ms": 2e-5,
                                        "per_prefill_token_ms": 0.06, "per_attention_unit_ms": 1e-6},
-                      "identified": {"fixed_ms": True, "per_attention_unit_ms": "prompts too short"},
-                      "mape": 0.031, "p99_coverage": 0.985, "steps_used": 1200, "p99_band_rel": 0.08},
+                      "identified": {"fixed_ms": True, "per_attention_unit_ms": False},
+                      "unidentified_reasons": {"per_attention_unit_ms": "prompts too short"},
+                      "tile_tokens": 256, "p99_band": {"decode": 0.05, "prefill": 0.08},
+                      "mape": 0.031, "p99_coverage": 0.985, "steps_used": 1200},
             "missing_evidence": []}
 
 
@@ -215,8 +217,10 @@ def test_recommendation_figures_and_section(chunked, tmp_path):
     st = s.sql("""SELECT coalesce(ctx_tokens, 0) AS t, coalesce(gen_reqs, 0) AS d, coalesce(gen_sum_kv, 0) AS kv,
                          coalesce(ctx_sum_qkv - ctx_sum_qq / 2, 0) AS att FROM steps WHERE kernel_count > 0""")
     assert st["t"].max() > 0  # this trace annotates its steps' prefill tokens
+    # the model's GEMM term runs over every scheduled token (prefill + one per decode), in 256-token tiles
+    tiled = np.ceil((st["t"].to_numpy() + st["d"].to_numpy()) / 256) * 256
     want = (c["fixed_ms"] + c["per_decode_seq_ms"] * st["d"].to_numpy() + c["per_kv_token_ms"] * st["kv"].to_numpy()
-            + c["per_prefill_token_ms"] * st["t"].to_numpy() + c["per_attention_unit_ms"] * st["att"].to_numpy())
+            + c["per_prefill_token_ms"] * tiled + c["per_attention_unit_ms"] * st["att"].to_numpy())
     got = pred[np.lexsort((pred[:, 1], pred[:, 0]))]
     ref = np.column_stack([st["t"].to_numpy(), want])
     np.testing.assert_allclose(got, ref[np.lexsort((ref[:, 1], ref[:, 0]))], rtol=1e-9)

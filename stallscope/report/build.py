@@ -227,7 +227,9 @@ def _recommendation(a: dict, b: list, img: dict) -> None:
                       + f"; held-out MAPE {_pct(model.get('mape'))}, p99 band coverage "
                       f"{_pct(model.get('p99_coverage'))}, {num(model.get('steps_used'))} steps."])
         ident = model.get("identified") or {}
-        unident = [f"{clip(k, 40)} ({clip(v, 120)})" for k, v in ident.items() if v is not True]
+        why = model.get("unidentified_reasons") or {}
+        unident = [f"{clip(k, 40)} ({clip(why.get(k) or 'no reason given', 120)})" for k, v in ident.items()
+                   if v is not True]
         if unident:
             items.append(["Not identified by the data: " + "; ".join(unident) + "."])
     missing = rec.get("missing_evidence") or []

@@ -48,25 +48,29 @@ def report_cmd(
         include_prompts: bool = typer.Option(False, "--include-prompts",
                                              help="Show raw input records (which can hold prompt text)."),
         recommend: bool = typer.Option(False, "--recommend", help="Include the chunk-budget and placement "
-                                                                  "recommendation (when stallscope.recommend is installed)."),
+                                                                  "recommendation (`stallscope recommend`)."),
         attainment: float = typer.Option(0.9, "--attainment", help="Target share of good requests."),
         spike_k: float = typer.Option(3.0, "--spike-k", help="A gap is a spike above k x the decode-only gap."),
         top: int = typer.Option(10, "--top", help="Stall events and requests to list."),
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
     """One incident report: terminal summary, report.md, a self-contained report.html, analysis.json, figures."""
-    import dataclasses
-
     from ..analyze import Options, analyze, parse_slo
     from .build import build
     from .terminal import summary
 
     opts = Options(slo=parse_slo(slo), attainment=attainment, spike_k=spike_k)
-    # The recommendation rides on the analysis when the analysis knows how to make one (stallscope.recommend).
-    if recommend and any(f.name == "recommend" for f in dataclasses.fields(Options)):
-        opts.recommend = True  # type: ignore[attr-defined]
+    if recommend:
+        from ..recommend import check_slo
+
+        check_slo(opts.slo)  # before any ingest: an SLO the replay cannot judge is one line, at once
     with _open_store(paths, db, year, tz) as store:
         result = analyze(store.con, opts)
+        if recommend:
+            from ..recommend import Options as RecOptions, recommend as run_recommend
+
+            result["recommendation"] = run_recommend(store.con, RecOptions(slo=opts.slo, attainment=attainment,
+                                                                          prepared=True))
         rep = build(store, result, out, include_prompts=include_prompts, top=top)
     summary(rep)
 

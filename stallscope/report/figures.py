@@ -339,10 +339,6 @@ def ttft(store, analysis: dict | None = None) -> Figure:
 
 
 # -- step time against prefill tokens ---------------------------------------------------------------------------
-_COEF_TERMS = (("per_decode_seq_ms", "decode_seqs"), ("per_kv_token_ms", "kv_tokens_read"),
-               ("per_prefill_token_ms", "prefill_tokens"), ("per_attention_unit_ms", "attention_units"))
-
-
 def step_time(store, analysis: dict | None = None) -> Figure:
     """Traced step time against prefill tokens, with the recommendation's fitted model and p99 band when present."""
     con = _con(store)
@@ -369,18 +365,16 @@ def step_time(store, analysis: dict | None = None) -> Figure:
     model = rec.get("model") if isinstance(rec, dict) else None
     coefs = (model or {}).get("coefficients") if isinstance(model, dict) else None
     if isinstance(coefs, dict) and coefs:
-        pred = np.full(d["step_ms"].shape, float(coefs.get("fixed_ms") or 0.0))
-        for key, col in _COEF_TERMS:
-            c = coefs.get(key)
-            if isinstance(c, (int, float)) and math.isfinite(c):
-                pred = pred + c * np.nan_to_num(d[col])
+        from ..recommend.fit import predict_from_dict
+
+        pred, hi = predict_from_dict(model, prefill_tokens=d["prefill_tokens"], decode_seqs=d["decode_seqs"],
+                                     kv_read=d["kv_tokens_read"], attn=d["attention_units"])
         order = np.argsort(d["tokens"], kind="stable")
         ax.scatter(d["tokens"][order], pred[order], s=8, marker="_", c="#111111", alpha=0.8, linewidths=1,
                    label="fitted model (prediction per step)", gid="model_prediction")
-        band = _band(model, pred)
-        if band is not None:
-            ax.vlines(d["tokens"][order], band[0][order], band[1][order], color="#111111", alpha=0.12, lw=2,
-                      label="model p99 band", gid="model_band")
+        if np.isfinite(hi).any():
+            ax.vlines(d["tokens"][order], pred[order], hi[order], color="#111111", alpha=0.12, lw=2,
+                      label="model p99 (split-conformal upper bound)", gid="model_band")
         bits = [f"{k}={model[k]:.3g}" for k in ("mape", "p99_coverage") if isinstance(model.get(k), (int, float))]
         if model.get("steps_used") is not None:
             bits.append(f"steps_used={model['steps_used']}")
@@ -398,19 +392,6 @@ def step_time(store, analysis: dict | None = None) -> Figure:
     ax.grid(True, alpha=0.25)
     ax.legend(loc="upper left", fontsize=8, framealpha=0.85)
     return fig
-
-
-def _band(model: dict, pred: np.ndarray):
-    """The p99 band the model object states: an additive half-width in ms or a relative one (either name)."""
-    for key in ("p99_band_ms", "band_ms"):
-        v = model.get(key)
-        if isinstance(v, (int, float)) and math.isfinite(v):
-            return pred - v, pred + v
-    for key in ("p99_band_rel", "band_rel", "p99_rel"):
-        v = model.get(key)
-        if isinstance(v, (int, float)) and math.isfinite(v):
-            return pred * (1 - v), pred * (1 + v)
-    return None
 
 
 # -- goodput against chunk budget -------------------------------------------------------------------------------
