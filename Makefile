@@ -43,10 +43,10 @@ capture-demo: dev
 	          round(max(g.gap_ns) / 1e6, 1) AS worst_gap_ms \
 	   FROM token_gaps g JOIN sources s USING (source_id) GROUP BY 1 ORDER BY 1 DESC"
 
-# The whole test suite. The report's browser test needs Debian's chromium: installed here when missing (as root,
+# The whole test suite, on both cores (one file per worker at a time: module fixtures are built once). The report's browser test needs Debian's chromium: installed here when missing (as root,
 # else through sudo); when it cannot be had the browser test fails, it is never skipped.
 test: dev chromium
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 chromium:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
