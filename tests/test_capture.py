@@ -164,9 +164,14 @@ def test_analyze_finds_the_long_prefill_stalls_unchunked_and_fewer_smaller_ones_
     long_culprits = {s["culprits"][0]["request_id"] for s in us if s["culprits"]
                      and s["culprits"][0]["prompt_tokens"] == LONG}
     assert len(long_culprits) >= 2          # the incident's long prompts, each named as a stall's top culprit
-    # chunked with a small budget: fewer spikes, a smaller worst gap and a lower p99 ITL
+    # chunked with a small budget: fewer strong stalls, a smaller worst gap and a lower p99 ITL
     why = f"unchunked {unchunked['summary']}, chunked {chunked['summary']}"
-    assert len(cs) < len(us), why
+    # Count the strong stalls (a gap of 10x or more its own decode baseline): every chunked step carries a small
+    # chunk, so on a loaded machine scheduling jitter alone makes many 3-4x "spikes" there; a ratio to each
+    # spike's own baseline is unaffected by how much the load stretches every step.
+    strong = lambda spikes: [s for s in spikes if s["baseline_ms"] and s["gap_ms"] >= 10 * s["baseline_ms"]]  # noqa: E731
+    assert strong(us), why
+    assert len(strong(cs)) < len(strong(us)), why
     c_worst = max((s["gap_ms"] for s in cs), default=0.0)
     assert c_worst < worst["gap_ms"], why
     (u_p99, u_max), (c_p99, c_max) = _itl(unchunked), _itl(chunked)
