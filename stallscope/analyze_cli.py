@@ -14,6 +14,26 @@ def register(app: typer.Typer) -> None:
     app.command("analyze")(analyze_cmd)
 
 
+def open_store(paths, db, year, tz):
+    """The store a command reads: `paths` ingested into a fresh in-memory store (or into --db), else --db read-only.
+    Shared by analyze, recommend and report; files that fail are one line each on stderr."""
+    from .errors import StallscopeError
+    from .parsers import Options as IngestOptions
+    from .store import DEFAULT_DB, Store
+
+    if not paths:
+        return Store(db or DEFAULT_DB, read_only=True)
+    store = Store(db or ":memory:")
+    report = store.ingest(paths, options=IngestOptions(year=year, tz=tz))
+    for r in report:
+        if not r.ok:
+            typer.echo(f"error: {r.message}", err=True)
+    if not any(r.ok for r in report):
+        store.close()
+        raise StallscopeError("nothing could be ingested")
+    return store
+
+
 def analyze_cmd(
         paths: Optional[list[Path]] = typer.Argument(None, help="Input files or directories: ingested into a fresh "
                                                                 "store first (or into --db when given)."),
@@ -30,25 +50,13 @@ def analyze_cmd(
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
     """Find decode-gap spikes, attribute them to prefill work, and measure goodput and what interference cost."""
     from .analyze import Options, analyze, parse_slo
-    from .errors import StallscopeError
-    from .parsers import Options as IngestOptions
-    from .store import DEFAULT_DB, Store
 
     opts = Options(slo=parse_slo(slo), attainment=attainment, spike_k=spike_k)
     if recommend:
         from .recommend import check_slo
 
         check_slo(opts.slo)
-    if paths:
-        store = Store(db or ":memory:")
-        report = store.ingest(paths, options=IngestOptions(year=year, tz=tz))
-        failed = [r for r in report if not r.ok]
-        for r in failed:
-            typer.echo(f"error: {r.message}", err=True)
-        if not any(r.ok for r in report):
-            raise StallscopeError("nothing could be ingested")
-    else:
-        store = Store(db or DEFAULT_DB, read_only=True)
+    store = open_store(paths, db, year, tz)
     with store:
         result = analyze(store.con, opts)
         if recommend:

@@ -34,8 +34,7 @@ def recommend_cmd(
     """Recommend the chunked-prefill budget and aggregated vs disaggregated serving for an SLO, from the incident."""
     from stallscope.analyze import parse_slo
     from stallscope.errors import StallscopeError
-    from stallscope.parsers import Options as IngestOptions
-    from stallscope.store import DEFAULT_DB, Store
+    from stallscope.analyze_cli import open_store
 
     from . import Options, check_slo, recommend
 
@@ -45,16 +44,7 @@ def recommend_cmd(
         raise StallscopeError("--replays must be at least 1")
     if gpus is not None and gpus < 1:
         raise StallscopeError("--gpus must be positive")
-    if paths:
-        store = Store(db or ":memory:")
-        report = store.ingest(paths, options=IngestOptions(year=year, tz=tz))
-        for r in report:
-            if not r.ok:
-                typer.echo(f"error: {r.message}", err=True)
-        if not any(r.ok for r in report):
-            raise StallscopeError("nothing could be ingested")
-    else:
-        store = Store(db or DEFAULT_DB, read_only=True)
+    store = open_store(paths, db, year, tz)
     out = Console() if sys.stdout.isatty() else Console(width=200, no_color=True)
     opts = Options(slo=parsed, attainment=attainment, gpus=gpus, kv_link=kv_link, model_config=model_config,
                    replays=replays)

@@ -17,23 +17,10 @@ def register(app: typer.Typer) -> None:
 
 
 def _open_store(paths, db, year, tz):
-    """A store holding `paths` (ingested into a fresh in-memory store, or into --db), else --db read-only."""
-    from ..errors import StallscopeError
-    from ..parsers import Options as IngestOptions
-    from ..store import DEFAULT_DB, Store
+    from ..analyze_cli import open_store
 
-    if paths:
-        store = Store(db or ":memory:")
-        report = store.ingest(paths, options=IngestOptions(year=year, tz=tz))
-        for r in report:
-            if not r.ok:
-                typer.echo(f"error: {r.message}", err=True)
-        if not any(r.ok for r in report):
-            store.close()
-            raise StallscopeError("nothing could be ingested")
-    else:
-        store = Store(db or DEFAULT_DB, read_only=True)
-    store.con.execute("SET enable_progress_bar = false")
+    store = open_store(paths, db, year, tz)
+    store.con.execute("SET enable_progress_bar = false")  # DuckDB's own bar would interleave with the summary
     return store
 
 
