@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from stallscope.errors import StallscopeError
+from stallscope.simulate import emit_bench
 from stallscope.simulate.workload import Incident, LengthDist, synthesize
 
 from . import writers
@@ -151,7 +152,7 @@ def capture(spec: CaptureSpec, out: Path, on_progress: Callable[[dict], None] | 
     doc = writers.bench_json(res, model_id=spec.model_id(), rate=spec.rate, burstiness=spec.burstiness,
                              epoch_of_perf_ns=epoch_of_perf, perf_origin_s=res.start_ns / 1e9)
     bench = out / BENCH_NAME
-    bench.write_bytes(writers.dumps(doc))
+    bench.write_bytes(emit_bench.dumps(doc))
     log = out / LOG_NAME
     log.write_bytes(writers.server_log(
         res, model_id=spec.model_id(), policy=spec.policy, budget=cfg.budget, max_num_seqs=cfg.max_num_seqs,

@@ -16,21 +16,17 @@ Both files are written on the capture's wall clock (UTC), the profiler's clock.
 """
 from __future__ import annotations
 
-import json
 import os
 from datetime import datetime, timezone
 
 import numpy as np
 import polars as pl
 
+from stallscope.simulate.emit_bench import latency_summary
 from stallscope.simulate.emit_logs import SAMPLING, V1_VERSION, _f1, _Lines, _rec, _ts
 from stallscope.simulate.text import text_of
 
 from .engine import EngineResult
-
-
-def _pct(a: np.ndarray, p: float) -> float:
-    return float(np.percentile(a, p)) if len(a) else 0.0
 
 
 def bench_json(res: EngineResult, *, model_id: str, rate: float, burstiness: float, epoch_of_perf_ns: int,
@@ -90,19 +86,8 @@ def bench_json(res: EngineResult, *, model_id: str, rate: float, burstiness: flo
         "max_output_tokens_per_s": float(per_s.max()) if len(per_s) else 0.0,
         "max_concurrent_requests": int(conc.max()) if len(conc) else 0,
     }
-    metrics = {"ttft": ttft[ok], "tpot": tpots[ok & (out > 1)], "itl": itl_all}
-    for name in ("ttft", "tpot", "itl"):
-        a = metrics[name]
-        doc[f"mean_{name}_ms"] = float(np.mean(a) if len(a) else 0.0) * 1000
-        doc[f"median_{name}_ms"] = float(np.median(a) if len(a) else 0.0) * 1000
-        doc[f"std_{name}_ms"] = float(np.std(a) if len(a) else 0.0) * 1000
-        doc[f"p99_{name}_ms"] = _pct(a, 99) * 1000
+    doc.update(latency_summary({"ttft": ttft[ok], "tpot": tpots[ok & (out > 1)], "itl": itl_all}))
     return doc
-
-
-def dumps(doc: dict) -> bytes:
-    """Python's json.dump layout, as vLLM writes it."""
-    return json.dumps(doc).encode()
 
 
 def server_log(res: EngineResult, *, model_id: str, policy: str, budget: int, max_num_seqs: int,

@@ -76,14 +76,19 @@ def build(run: Run, analysis) -> dict:
         "errors": [""] * n,
         "max_output_tokens_per_s": max_tps, "max_concurrent_requests": max_conc,
     }
-    metrics = {"ttft": ttft, "tpot": tpots[out > 1], "itl": itl_all}
-    for name in ("ttft", "tpot", "itl"):
-        a = metrics[name]
-        res[f"mean_{name}_ms"] = float(np.mean(a) if len(a) else 0.0) * 1000
-        res[f"median_{name}_ms"] = float(np.median(a) if len(a) else 0.0) * 1000
-        res[f"std_{name}_ms"] = float(np.std(a) if len(a) else 0.0) * 1000
-        res[f"p99_{name}_ms"] = _pct(a, 99) * 1000
+    res.update(latency_summary({"ttft": ttft, "tpot": tpots[out > 1], "itl": itl_all}))
     return res
+
+
+def latency_summary(seconds: dict) -> dict:
+    """vLLM's `mean/median/std/p99_{ttft,tpot,itl}_ms` fields from per-metric arrays in seconds (0 when empty)."""
+    doc = {}
+    for name, a in seconds.items():
+        doc[f"mean_{name}_ms"] = float(np.mean(a) if len(a) else 0.0) * 1000
+        doc[f"median_{name}_ms"] = float(np.median(a) if len(a) else 0.0) * 1000
+        doc[f"std_{name}_ms"] = float(np.std(a) if len(a) else 0.0) * 1000
+        doc[f"p99_{name}_ms"] = _pct(a, 99) * 1000
+    return doc
 
 
 def dumps(doc: dict) -> bytes:
