@@ -192,7 +192,6 @@ def shard_tables(con, result: dict, shard, aopts) -> dict[str, pa.Table]:
         "interference_gpu_s": result["interference_gpu_s"],
         "slo_ttft_ms": slo.ttft_ms, "slo_tpot_ms": slo.tpot_ms, "slo_itl_ms": slo.itl_ms, "slo_e2el_ms": slo.e2el_ms,
         "slo_attainment": aopts.attainment, "spike_k": aopts.spike_k,
-        "shard_window_start_ns": shard.window_start_ns, "shard_window_end_ns": shard.window_end_ns,
     }
     culprits = con.sql(f"""
         SELECT spike_id, rank, report_id AS request_id, prompt_tokens, overlap_ns, evidence, confidence,
