@@ -244,3 +244,20 @@ def test_an_object_store_source_through_fsspec_with_windows(tmp_path):
     paths = sorted(p for (p,) in con.sql(f"SELECT path FROM {lk.scan(lake, 'sources')}").fetchall())
     assert paths == [f"memory://{root}/r000/run-0{k}/{n}" for k in (0, 1) for n in ("bench_serve.json",
                                                                                    "vllm_server.log")]
+
+
+def test_retries_exhausted_is_recorded_with_its_reason(tmp_path):
+    """An unexpected error on every allowed attempt (here --retries 0): the shard is failed with the error's one
+    line and its attempts; the run itself succeeds."""
+    from stallscope.fleet.execute import RunOptions, run_fleet
+    from stallscope.simulate import artifacts
+    from stallscope.simulate.runner import RunSpec, execute
+
+    run = execute(RunSpec(duration_s=1.0, rate=4.0, seed=5, output_len="16", prompt_len="64"))
+    artifacts.write_all(run, tmp_path / "src" / "only", only=("bench",))
+    lake = str(tmp_path / "lake")
+    s = run_fleet(str(tmp_path / "src"), lake, RunOptions(fault="raise:default~only~all"), retries=0)
+    assert (s.done, s.failed) == (0, 1)
+    (row,) = lk.Lake(lake).ledger().to_pylist()
+    assert (row["status"], row["attempts"]) == ("failed", 1)
+    assert row["error"] == "RuntimeError: injected fault in default~only~all (after 1 attempts)"
