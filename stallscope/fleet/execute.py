@@ -276,9 +276,11 @@ class FleetRun:
 def plan_source(source: str, lake, opts: RunOptions, window: str | None = None, mapper=None):
     """The shards of SOURCE (with --window: files placed by their last instant, cached in the lake's `_files`).
     `mapper(fn, items, opts)` runs the planning ingest of the replicas that need one (the Ray engine: as tasks)."""
-    from .shards import discover, parse_duration, plan
+    from .shards import Hasher, discover, parse_duration, plan
 
-    replicas = discover(source)
+    hasher = Hasher(lake.hashes())
+    replicas = discover(source, hasher)
+    lake.write_hashes(hasher.seen)
     window_ns = parse_duration(window) if window else None
     last: dict[str, int | None] = {}
     if window_ns is not None:
