@@ -244,6 +244,11 @@ def test_an_object_store_source_through_fsspec_with_windows(tmp_path):
     paths = sorted(p for (p,) in con.sql(f"SELECT path FROM {lk.scan(lake, 'sources')}").fetchall())
     assert paths == [f"memory://{root}/r000/run-0{k}/{n}" for k in (0, 1) for n in ("bench_serve.json",
                                                                                    "vllm_server.log")]
+    # A corrupt remote file: its shard says so, naming the file by its URI.
+    mem.pipe(f"{root}/r000/run-00/bench_serve.json", (tmp_path / "src/r000/run-00/bench_serve.json").read_bytes()[:999])
+    again = run_fleet(f"memory://{root}", lake, RunOptions(slo="ttft=2s,itl=100ms", recommend=False), window="10m")
+    assert (again.executed, again.failed) == (1, 1)
+    assert again.failures[0][1].startswith(f"memory://{root}/r000/run-00/bench_serve.json: truncated or invalid")
 
 
 def test_retries_exhausted_is_recorded_with_its_reason(tmp_path):

@@ -133,7 +133,10 @@ def run_shard(shard, opts: RunOptions, attempt: int = 1) -> ShardResult:
             report = ingest_paths(store, paths, options=IOptions(year=opts.year, tz=opts.tz))
             bad = [r for r in report if r.status == "failed"]
             if bad:
-                raise ShardInputError(bad[0].message + (f" (and {len(bad) - 1} more files)" if len(bad) > 1 else ""))
+                msg = bad[0].message + (f" (and {len(bad) - 1} more files)" if len(bad) > 1 else "")
+                for local, addr in names.items():  # name a remote file by its URI, not its temporary copy
+                    msg = msg.replace(local, addr)
+                raise ShardInputError(msg)
             if not report.ok:
                 raise ShardInputError("no input files in this shard (no trace, log or benchmark result)")
             for local, addr in names.items():
