@@ -15,7 +15,7 @@ venv: $(BIN)/python
 	$(BIN)/python -m pip install -q -e .
 
 dev: $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[test,capture]'
+	$(BIN)/python -m pip install -q -e '.[test,capture,fleet]'
 
 # The main job on a bundled sample: ingest it into an embedded DuckDB file and write the incident report.
 demo: venv

@@ -172,7 +172,7 @@ def steps(db: str = DbOpt, limit: int = typer.Option(50, help="Rows to show (0 =
 
 # Commands contributed by other parts of the package: each module defines `register(app)`.
 _COMMAND_MODULES = ("stallscope.simulate.cli", "stallscope.analyze_cli", "stallscope.recommend.cli",
-                    "stallscope.capture.cli", "stallscope.report.cli")
+                    "stallscope.capture.cli", "stallscope.report.cli", "stallscope.fleet.cli")
 
 
 def _register_plugins() -> None:
