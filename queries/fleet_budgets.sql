@@ -1,46 +1,53 @@
 -- Per pool: the chunked-prefill budget it runs against the one its own data recommends (`lake_recommendations`,
--- one row per shard). Replicas of a pool can disagree: the pool's current budget is the one most of its
--- recommended shards ran with (ties: the smaller), all values seen are listed; its recommended budget is the
--- median of its shards' recommendations taken from the values they recommended (quantile_disc, ties low), with
--- their range. Only shards whose recommendation is `ok` count. A pool is flagged (`differs`) when the two differ;
--- an unchunked current budget (NULL) differs from any recommended one.
+-- one row per shard; only shards whose recommendation is `ok` count). Replicas of a pool can disagree, so: the
+-- pool's current budget is the one most of those shards ran with (ties: the smaller), every value seen is listed;
+-- its recommended budget is the median of their recommendations taken from the values they recommended
+-- (quantile_disc: an actual recommendation, ties low), with their range. Unchunked (a V0 prefill-first engine, or
+-- a recommendation that no prefill needs chunking) is NULL and ranks above every budget. A pool is flagged
+-- (`differs`) when the two differ; the predicted goodputs say what the change is worth.
 -- @column pool                              VARCHAR  The pool.
 -- @column shards                            BIGINT   Shards of the pool with a recommendation row.
 -- @column shards_ok                         BIGINT   Shards whose recommendation is `ok` (the ones that count).
--- @column current_budget_tokens             BIGINT   The pool's current budget, tokens (NULL: unchunked or unknown).
--- @column current_budgets                   BIGINT[] Distinct current budgets its shards ran with, ascending (NULL: unchunked).
--- @column current_policy                    VARCHAR  The scheduling policy most of its shards ran.
--- @column recommended_budget_tokens         BIGINT   The pool's recommended budget, tokens (NULL when no shard is `ok`).
--- @column recommended_min_tokens            BIGINT   Smallest budget a shard of the pool recommended, tokens.
--- @column recommended_max_tokens            BIGINT   Largest budget a shard of the pool recommended, tokens.
+-- @column current_budget_tokens             BIGINT   The pool's current budget, tokens (NULL: unchunked, or no `ok` shard).
+-- @column current_budgets                   BIGINT[] Distinct current budgets of its `ok` shards, ascending (NULL element: unchunked).
+-- @column current_policy                    VARCHAR  The scheduling policy most of its `ok` shards ran (`chunked`, `prefill_first`, ...).
+-- @column recommended_budget_tokens         BIGINT   The pool's recommended budget, tokens (NULL: unchunked, or no `ok` shard).
+-- @column recommended_min_tokens            BIGINT   Smallest budget an `ok` shard recommended, tokens (NULL: unchunked).
+-- @column recommended_max_tokens            BIGINT   Largest budget an `ok` shard recommended, tokens (NULL: unchunked).
 -- @column shards_differing                  BIGINT   `ok` shards whose own recommendation differs from their own budget.
--- @column predicted_goodput_current_rps     DOUBLE   Sum over `ok` shards of the predicted goodput at their current budget, requests per second.
--- @column predicted_goodput_recommended_rps DOUBLE   Sum over `ok` shards of the predicted goodput at their recommended budget, requests per second.
--- @column placement                         VARCHAR  The placement most of its shards were recommended (`aggregated` or `disaggregated`).
+-- @column predicted_goodput_current_rps     DOUBLE   Sum over `ok` shards of the replay's goodput at their current budget, requests per second.
+-- @column predicted_goodput_recommended_rps DOUBLE   Sum over `ok` shards of the replay's goodput at their recommended budget, requests per second.
+-- @column predicted_gain_rps                DOUBLE   predicted_goodput_recommended_rps - predicted_goodput_current_rps, requests per second.
+-- @column placement                         VARCHAR  The placement most of its `ok` shards were recommended (`aggregated` or `disaggregated`).
 -- @column differs                           BOOLEAN  The recommended budget differs from the current one (NULL when no shard is `ok`).
 CREATE OR REPLACE TEMP VIEW fleet_budgets AS
-WITH r AS (SELECT *, status = 'ok' AS ok FROM lake_recommendations),
+WITH r AS (
+    -- unchunked as the largest key, so that it takes part in the mode, the median and the range
+    SELECT *, status = 'ok' AS ok, coalesce(current_budget_tokens, 9223372036854775807) AS cur_key,
+           coalesce(recommended_budget_tokens, 9223372036854775807) AS rec_key
+    FROM lake_recommendations),
 cur AS (
-    SELECT pool, current_budget_tokens AS budget, count(*) AS n,
-           row_number() OVER (PARTITION BY pool ORDER BY count(*) DESC, current_budget_tokens NULLS FIRST) AS k
-    FROM r WHERE ok GROUP BY pool, current_budget_tokens),
+    SELECT pool, cur_key, row_number() OVER (PARTITION BY pool ORDER BY count(*) DESC, cur_key) AS k
+    FROM r WHERE ok GROUP BY pool, cur_key),
 p AS (
     SELECT pool, count(*) AS shards, count(*) FILTER (WHERE ok) AS shards_ok,
-           list_sort(list_distinct(list(CAST(current_budget_tokens AS BIGINT)) FILTER (WHERE ok))) AS current_budgets,
+           list_sort(list_distinct(list(cur_key) FILTER (WHERE ok))) AS cur_keys,
            mode(policy) FILTER (WHERE ok) AS current_policy,
-           CAST(quantile_disc(recommended_budget_tokens, 0.5) FILTER (WHERE ok) AS BIGINT) AS recommended_budget_tokens,
-           CAST(min(recommended_budget_tokens) FILTER (WHERE ok) AS BIGINT) AS recommended_min_tokens,
-           CAST(max(recommended_budget_tokens) FILTER (WHERE ok) AS BIGINT) AS recommended_max_tokens,
-           count(*) FILTER (WHERE ok AND recommended_budget_tokens IS DISTINCT FROM current_budget_tokens)
-               AS shards_differing,
-           sum(predicted_goodput_current_rps) FILTER (WHERE ok) AS predicted_goodput_current_rps,
-           sum(predicted_goodput_recommended_rps) FILTER (WHERE ok) AS predicted_goodput_recommended_rps,
+           quantile_disc(rec_key, 0.5) FILTER (WHERE ok) AS rec_key,
+           min(rec_key) FILTER (WHERE ok) AS rec_min, max(rec_key) FILTER (WHERE ok) AS rec_max,
+           count(*) FILTER (WHERE ok AND rec_key <> cur_key) AS shards_differing,
+           sum(goodput_current_rps) FILTER (WHERE ok) AS predicted_goodput_current_rps,
+           sum(goodput_recommended_rps) FILTER (WHERE ok) AS predicted_goodput_recommended_rps,
            mode(placement) FILTER (WHERE ok) AS placement
     FROM r GROUP BY pool)
-SELECT p.pool, p.shards, p.shards_ok, CAST(c.budget AS BIGINT) AS current_budget_tokens, p.current_budgets,
-       p.current_policy, p.recommended_budget_tokens, p.recommended_min_tokens, p.recommended_max_tokens,
-       p.shards_differing, p.predicted_goodput_current_rps, p.predicted_goodput_recommended_rps, p.placement,
-       CASE WHEN p.shards_ok = 0 THEN NULL
-            ELSE p.recommended_budget_tokens IS DISTINCT FROM CAST(c.budget AS BIGINT) END AS differs
+SELECT p.pool, p.shards, p.shards_ok, nullif(c.cur_key, 9223372036854775807) AS current_budget_tokens,
+       CASE WHEN p.shards_ok > 0 THEN list_transform(p.cur_keys, lambda x: nullif(x, 9223372036854775807)) END
+           AS current_budgets,
+       p.current_policy, nullif(p.rec_key, 9223372036854775807) AS recommended_budget_tokens,
+       nullif(p.rec_min, 9223372036854775807) AS recommended_min_tokens,
+       nullif(p.rec_max, 9223372036854775807) AS recommended_max_tokens,
+       p.shards_differing, p.predicted_goodput_current_rps, p.predicted_goodput_recommended_rps,
+       p.predicted_goodput_recommended_rps - p.predicted_goodput_current_rps AS predicted_gain_rps, p.placement,
+       CASE WHEN p.shards_ok > 0 THEN p.rec_key <> c.cur_key END AS differs
 FROM p LEFT JOIN cur c ON c.pool = p.pool AND c.k = 1
 ORDER BY differs DESC NULLS LAST, p.pool;

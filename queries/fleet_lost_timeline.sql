@@ -1,5 +1,5 @@
--- Fleet goodput and lost goodput over time: every replica's judged requests (`lake_requests`; per shard the
--- benchmark-side rows when it has any, else the server's, as analyze judges them) binned by completion time
+-- Fleet goodput and lost goodput over time: every replica's judged requests (`lake_requests` rows that
+-- count for goodput: per shard the benchmark-side rows when it has any, else the server's, as analyze judges) binned by completion time
 -- into `bins` equal bins over the fleet's span, summed over the fleet. A lost request is one that is good only
 -- once interference is removed, so the bins' lost requests add up to the fleet's requests_lost.
 -- @param bins  Number of time bins over the span (default 120).
@@ -11,12 +11,9 @@
 -- @column goodput_lost_rps  DOUBLE   requests_lost / bin_s, requests per second.
 -- @column replicas_losing   BIGINT   Replicas with a lost request in the bin.
 CREATE OR REPLACE TEMP MACRO fleet_lost_timeline(bins := 120) AS TABLE
-WITH kinds AS (SELECT shard_id, CASE WHEN bool_or(kind = 'client') THEN 'client' ELSE 'server' END AS judged
-               FROM lake_requests GROUP BY shard_id),
-r AS (SELECT q.pool, q.replica, q.finish_ns, coalesce(q.good, false) AS good,
-             coalesce(q.good_cf, false) AND NOT coalesce(q.good, false) AS lost
-      FROM lake_requests q JOIN kinds k ON k.shard_id = q.shard_id AND q.kind = k.judged
-      WHERE q.finish_ns IS NOT NULL),
+WITH r AS (SELECT pool, replica, finish_ns, coalesce(good, false) AS good,
+                  coalesce(good_cf, false) AND NOT coalesce(good, false) AS lost
+           FROM lake_requests WHERE counts_for_goodput AND finish_ns IS NOT NULL),
 span AS (SELECT min(finish_ns) AS t0, greatest(max(finish_ns) - min(finish_ns), 1) AS dt FROM r),
 b AS (SELECT least(CAST(floor((r.finish_ns - span.t0) * bins / span.dt) AS BIGINT), bins - 1) AS i, r.*
       FROM r, span),

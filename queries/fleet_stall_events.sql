@@ -26,7 +26,7 @@
 CREATE OR REPLACE TEMP VIEW fleet_stall_events AS
 WITH s AS (
     SELECT sp.*, c.request_id AS culprit_id, c.prompt_tokens AS culprit_prompt_tokens,
-           c.overlap_ms AS culprit_overlap_ms, c.confidence AS culprit_confidence
+           c.overlap_ns AS culprit_overlap_ns, c.confidence AS culprit_confidence
     FROM lake_spikes sp
     LEFT JOIN lake_culprits c ON c.shard_id = sp.shard_id AND c.spike_id = sp.spike_id AND c.rank = 1),
 k AS (SELECT *, CASE WHEN step_index IS NOT NULL THEN 'step:' || coalesce(source, '') || ':' || step_index
@@ -35,14 +35,14 @@ k AS (SELECT *, CASE WHEN step_index IS NOT NULL THEN 'step:' || coalesce(source
 g AS (
     SELECT shard_id, ev, min(start_ns) AS start_ns, max(end_ns) AS end_ns, count(*) AS spikes,
            count(*) FILTER (WHERE level = 'request') AS requests_hit,
-           arg_max(spike_id, (gap_ms, -spike_id)) AS worst
+           arg_max(spike_id, (gap_ns, -spike_id)) AS worst
     FROM k GROUP BY shard_id, ev)
-SELECT row_number() OVER (ORDER BY w.gap_ms DESC, g.start_ns, g.shard_id) AS fleet_rank, w.pool, w.replica,
+SELECT row_number() OVER (ORDER BY w.gap_ns DESC, g.start_ns, g.shard_id) AS fleet_rank, w.pool, w.replica,
        w."window", g.shard_id, CAST(g.start_ns AS BIGINT) AS start_ns, CAST(g.end_ns AS BIGINT) AS end_ns, g.spikes,
-       g.requests_hit, CAST(w.gap_ms AS DOUBLE) AS worst_gap_ms, CAST(w.baseline_ms AS DOUBLE) AS baseline_ms,
-       CAST(w.excess_ms AS DOUBLE) AS excess_ms, CAST(w.prefill_overlap_ms AS DOUBLE) AS prefill_ms,
+       g.requests_hit, w.gap_ns / 1e6 AS worst_gap_ms, w.baseline_ns / 1e6 AS baseline_ms,
+       w.excess_ns / 1e6 AS excess_ms, w.prefill_overlap_ns / 1e6 AS prefill_ms,
        CAST(w.share AS DOUBLE) AS share, w.evidence, CAST(w.stalled_decodes AS INTEGER) AS stalled_decodes,
        w.culprit_id, CAST(w.culprit_prompt_tokens AS INTEGER) AS culprit_prompt_tokens,
-       CAST(w.culprit_overlap_ms AS DOUBLE) AS culprit_overlap_ms, w.culprit_confidence
+       w.culprit_overlap_ns / 1e6 AS culprit_overlap_ms, w.culprit_confidence
 FROM g JOIN k w ON w.shard_id = g.shard_id AND w.spike_id = g.worst
 ORDER BY fleet_rank;

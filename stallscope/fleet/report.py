@@ -55,10 +55,9 @@ def _pct(v) -> str:
     return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{100 * v:.1f}%"
 
 
-def _budget(v, policy=None) -> str:
-    if v is not None:
-        return num(v)
-    return "unchunked" if policy == "prefill_first" else "unknown"
+def _budget(v) -> str:
+    """A budget of fleet_budgets: NULL is unchunked (the view says so only for pools with an `ok` shard)."""
+    return "unchunked" if v is None else num(v)
 
 
 # -- figures ------------------------------------------------------------------------------------------------------
@@ -220,29 +219,38 @@ def _events(f: dict, b: list) -> None:
 def _budgets(f: dict, b: list) -> None:
     rows = f.get("budgets") or []
     b.append(Heading(2, "Chunk budgets"))
-    b.append(Para(["A pool's current budget is the one most of its shards ran with (its replicas disagree when "
-                   "more than one value was seen); its recommended budget is the median of its shards' own "
-                   "recommendations, taken from the values they recommended (view ", ("code", "fleet_budgets"),
-                   ")."]))
+    b.append(Para(["Only shards with a recommendation count. A pool's current budget is the one most of them ran "
+                   "with (its replicas disagree when more than one value was seen); its recommended budget is the "
+                   "median of their own recommendations, taken from the values they recommended; unchunked ranks "
+                   "above every budget (view ", ("code", "fleet_budgets"), ")."]))
     if not rows:
         b.append(Para(["No shard carries a recommendation."]))
         return
     flagged = [r for r in rows if r["differs"]]
     b.append(Para([("b", f"{len(flagged):,} of {len(rows):,} pools"),
-                   " run a budget their own data says is wrong." if flagged else
-                   " run a budget that differs from their recommendation: none."]))
-    b.append(Table(["pool", "flag", "current (tokens)", "values seen", "recommended (tokens)", "range",
-                    "shards ok", "shards differing", "predicted goodput now (req/s)",
-                    "at recommended (req/s)", "placement"],
-                   [[clip(r["pool"]), "change" if r["differs"] else "ok" if r["differs"] is not None else "-",
-                     _budget(r["current_budget_tokens"], r["current_policy"]),
-                     ", ".join(num(v) for v in (r["current_budgets"] or [])) or "-",
-                     num(r["recommended_budget_tokens"]),
-                     f"{num(r['recommended_min_tokens'])} to {num(r['recommended_max_tokens'])}",
-                     f"{num(r['shards_ok'])} of {num(r['shards'])}", num(r["shards_differing"]),
-                     num(r["predicted_goodput_current_rps"], 3), num(r["predicted_goodput_recommended_rps"], 3),
-                     clip(r["placement"])] for r in rows],
+                   " run a budget other than the one their own data recommends; the predicted gain is what the "
+                   "what-if replay of their shards expects from the change."]))
+    rows_out = []
+    for r in rows:
+        if not r["shards_ok"]:
+            rows_out.append([clip(r["pool"]), "-", "-", "-", "-", "-", f"0 of {num(r['shards'])}", "-", "-", "-", "-"])
+            continue
+        rng = (_budget(r["recommended_min_tokens"]) if r["recommended_min_tokens"] == r["recommended_max_tokens"]
+               else f"{_budget(r['recommended_min_tokens'])} to {_budget(r['recommended_max_tokens'])}")
+        rows_out.append([clip(r["pool"]), "change" if r["differs"] else "ok", _budget(r["current_budget_tokens"]),
+                         ", ".join(_budget(v) for v in r["current_budgets"] or []),
+                         _budget(r["recommended_budget_tokens"]), rng, f"{num(r['shards_ok'])} of {num(r['shards'])}",
+                         num(r["shards_differing"]), num(r["predicted_goodput_current_rps"], 3),
+                         num(r["predicted_gain_rps"], 3), clip(r["placement"])])
+    b.append(Table(["pool", "flag", "current (tokens)", "values seen", "recommended (tokens)", "recommended range",
+                    "shards with a recommendation", "shards differing", "predicted goodput now (req/s)",
+                    "predicted gain (req/s)", "placement"], rows_out,
                    [False, False, True, False, True, False, False, True, True, True, False]))
+    missing = [r for r in rows if not r["shards_ok"]]
+    if missing:
+        b.append(Para([f"Pools without any shard with a recommendation: {len(missing):,} (one needs an SLO and a GPU "
+                       "trace of the engine steps; each shard's reason is in the lake's ", ("code", "recommendations"),
+                       " table)."]))
 
 
 def _failed(f: dict, b: list) -> None:
@@ -342,7 +350,7 @@ def summary(rep: FleetReport, console=None) -> None:
             table(title, blk, n)
     flagged = [r for r in rep.fleet.get("budgets") or [] if r["differs"]]
     for r in flagged:
-        out.print(f"budget: pool {escape(clip(r['pool']))} runs "
-                  f"{_budget(r['current_budget_tokens'], r['current_policy'])} (tokens), its own data recommends "
-                  f"{num(r['recommended_budget_tokens'])}", highlight=False)
+        out.print(f"budget: pool {escape(clip(r['pool']))} runs {_budget(r['current_budget_tokens'])}, its own data "
+                  f"recommends {_budget(r['recommended_budget_tokens'])} (predicted gain "
+                  f"{num(r['predicted_gain_rps'], 3)} req/s)", highlight=False)
     out.print(f"report: {escape(str(rep.files['report.html']))}", highlight=False)

@@ -17,6 +17,7 @@ from ..errors import StallscopeError
 
 SCHEMA = "stallscope.fleet/1"
 TOP = 20
+BINS = 60  # time bins of the lost-goodput timeline
 
 
 @dataclass
@@ -41,13 +42,11 @@ class Lake:
         self.close()
 
 
-def _is_uri(path: str) -> bool:
-    return "://" in path
-
-
 def _root(lake) -> str:
+    from .shards import is_uri
+
     text = str(lake)
-    if _is_uri(text):
+    if is_uri(text):
         return text.rstrip("/")
     from pathlib import Path
 
@@ -69,41 +68,49 @@ def _empty_view(con, view: str, schema, partitions: tuple[str, ...]) -> None:
     con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM _empty_{view}")
 
 
+def _files(con, root: str, table: str) -> int:
+    glob = f"{root}/_shards/*/*.parquet" if table == "_shards" else f"{root}/{table}/*/*/*/*.parquet"
+    return con.execute(f"SELECT count(*) FROM glob({_lit(glob)})").fetchall()[0][0]
+
+
 def open_lake(lake) -> Lake:
-    """Connect to LAKE (a folder, or an object-store URI DuckDB can read) and install the rollup views."""
+    """Connect to LAKE (a folder, or an object-store URI DuckDB can read) and install the rollup views: one
+    `lake_<table>` view per lake table (`lake_shards` for `_shards`) holding the rows of the shards `_shards` says
+    are done, then the fleet_*.sql views over them."""
     import duckdb
 
     from . import lake as lk
 
     root = _root(lake)
+    quoted = root.replace("'", "''")  # lake.scan puts the root inside a SQL string literal
     con = duckdb.connect(":memory:")
     con.execute("SET enable_progress_bar = false")
     found: dict[str, int] = {}
     try:
-        for table, schema in lk.SCHEMAS.items():
-            view = "lake_shards" if table == "_shards" else f"lake_{table}"
-            glob = f"{root}/{table}/**/*.parquet"
-            n = con.execute(f"SELECT count(*) FROM glob({_lit(glob)})").fetchall()[0][0]
-            found[table] = n
-            parts = ("shard",) if table == "_shards" else ("pool", "replica", "window")
-            if n:  # hive partitions are labels, never numbers: replica `007` stays `007`
-                types = "{" + ", ".join(f"{_lit(p)}: 'VARCHAR'" for p in parts) + "}"
-                con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM read_parquet({_lit(glob)}, "
-                            f"hive_partitioning = true, hive_types = {types}, union_by_name = true)")
-            else:
-                _empty_view(con, view, schema, parts)
+        found["_shards"] = _files(con, root, "_shards")
+        if not found["_shards"]:
+            raise StallscopeError(f"{root} is not a stallscope lake (no _shards table): "
+                                  "write one with `stallscope fleet run SOURCE --out LAKE`")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW lake_shards AS SELECT * FROM {lk.scan(quoted, '_shards')}")
+        for table, schema in lk.TABLES.items():
+            found[table] = _files(con, root, table)
+            if found[table]:
+                # a shard being rewritten, or one that failed after it was done, is not in the rollup
+                con.execute(f"CREATE OR REPLACE TEMP VIEW lake_{table} AS SELECT * FROM {lk.scan(quoted, table)} "
+                            "WHERE shard_id IN (SELECT shard_id FROM lake_shards WHERE status = 'done')")
+            else:  # no shard wrote the table (all failed): an empty view of its declared schema
+                _empty_view(con, f"lake_{table}", schema, ("pool", "replica", "window"))
+        sqlviews.create(con, sqlviews.all_queries(fleet=True))
     except duckdb.Error as e:
         con.close()
         raise StallscopeError(f"cannot read lake {root}: {str(e).splitlines()[0]}") from None
-    if not found.get("_shards"):
+    except StallscopeError:
         con.close()
-        raise StallscopeError(f"{root} is not a stallscope lake (no _shards table): "
-                              "write one with `stallscope fleet run SOURCE --out LAKE`")
-    sqlviews.create(con, sqlviews.all_queries(fleet=True))
+        raise
     return Lake(con, root, found)
 
 
-def rollup(lk: Lake, *, top: int = TOP) -> dict:
+def rollup(lk: Lake, *, top: int = TOP, bins: int = BINS) -> dict:
     """The fleet's numbers as the `stallscope.fleet/1` object (docs/fleet.md): every value read from a view."""
     t0 = time.perf_counter()
     summary = (lk.rows("SELECT * FROM fleet_summary") or [{}])[0]
@@ -118,7 +125,14 @@ def rollup(lk: Lake, *, top: int = TOP) -> dict:
         "stall_events_total": lk.con.execute("SELECT count(*) FROM fleet_stall_events").fetchall()[0][0],
         "budgets": lk.rows("SELECT * FROM fleet_budgets"),
         "failed_shards": lk.rows("SELECT * FROM fleet_failed_shards"),
-        "lost_over_time": lk.rows("SELECT * FROM fleet_lost_timeline()"),
+        "lost_over_time": lk.rows(f"SELECT * FROM fleet_lost_timeline(bins := {int(bins)})"),
     }
     out["rollup_s"] = time.perf_counter() - t0
     return out
+
+
+def register_report(app) -> None:
+    """Add `stallscope fleet report` to the fleet sub-app (stallscope/fleet/cli.py calls this)."""
+    from .report_cli import report_cmd
+
+    app.command("report")(report_cmd)
