@@ -96,7 +96,10 @@ def goodput_by_replica(fleet: dict) -> Figure:
         ax.set_xticks([])
         ax.set_xlabel(f"{len(reps):,} replicas, most lost goodput first")
     ax.set_xlim(-0.6, len(reps) - 0.4)
-    ax.legend(loc="upper right", fontsize=8, ncols=2)
+    top = np.nanmax(np.nan_to_num(good) + lost)
+    if top > 0:
+        ax.set_ylim(0, top * 1.2)  # headroom for the legend
+    ax.legend(loc="upper right", fontsize=8, ncols=len(pools) + 1)
     ax.grid(axis="y", alpha=0.3)
     return fig
 
@@ -118,6 +121,9 @@ def lost_over_time(fleet: dict) -> Figure:
     ax.step(t, good, where="post", color="#2a9d4a", label="goodput (good requests/s)")
     ax.fill_between(t, 0, lost, step="post", color=_LOST, alpha=0.55, label="lost goodput (requests/s)")
     ax.set_xlim(t[0], t[-1] + width[-1])
+    top = max(np.nanmax(good), np.nanmax(lost))
+    if top > 0:
+        ax.set_ylim(0, top * 1.2)
     ax.set_xlabel(f"time since {_utc(t0)} (s)")
     ax.legend(loc="upper right", fontsize=9)
     ax.grid(alpha=0.3)
