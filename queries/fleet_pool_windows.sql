@@ -5,7 +5,7 @@
 -- @column window                      VARCHAR  The window: `all` without --window, else its start as YYYYMMDDTHHMMSSZ (UTC).
 -- @column start_ns                    BIGINT   Earliest judged-window start of the pool's shards in it, ns since Unix epoch, UTC.
 -- @column end_ns                      BIGINT   Latest judged-window end of the pool's shards in it, ns since Unix epoch, UTC.
--- @column span_s                      DOUBLE   The window's weight in time averages: end_ns - start_ns in s (else the longest shard duration_s).
+-- @column span_s                      DOUBLE   The window's weight in time averages, s: end_ns - start_ns (else the longest shard duration_s).
 -- @column shards                      BIGINT   Shards (replica x window) of the pool in the window.
 -- @column replicas                    BIGINT   Distinct replicas of the pool in the window.
 -- @column requests_total              BIGINT   Judged requests, failed ones included, summed over the shards.

@@ -4,7 +4,7 @@
 -- @column window                      VARCHAR  The window: `all` without --window, else its start as YYYYMMDDTHHMMSSZ (UTC).
 -- @column start_ns                    BIGINT   Earliest judged-window start of its shards, ns since Unix epoch, UTC.
 -- @column end_ns                      BIGINT   Latest judged-window end of its shards, ns since Unix epoch, UTC.
--- @column span_s                      DOUBLE   The window's weight in time averages: end_ns - start_ns in s (else the longest shard duration).
+-- @column span_s                      DOUBLE   The window's weight in time averages, s: end_ns - start_ns over all its pools (else the longest pool span).
 -- @column pools                       BIGINT   Pools with a shard in the window.
 -- @column shards                      BIGINT   Shards in the window.
 -- @column replicas                    BIGINT   Replicas with a shard in the window.

@@ -216,3 +216,63 @@ def test_cli_report_and_a_lake_whose_shards_all_failed(fleet, tmp_path):
     assert "No analysed shard in the lake." in md and "invalid JSON" in md
     r = cli("fleet", "report", tmp_path / "src", "--out", tmp_path / "rep3")
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "not a stallscope lake" in r.stderr
+
+
+def test_a_file_uri_lake_rolls_up_the_same(fleet):
+    """A lake given as a URI is read through its pyarrow filesystem (as s3:// or gs:// would be)."""
+    from stallscope.fleet.rollup import open_lake, rollup
+
+    with open_lake(fleet["lake"].as_uri()) as lk:
+        f = rollup(lk)
+    assert f["fleet"] == pytest.approx(fleet["f"]["fleet"], rel=1e-12)
+    assert [r["replica"] for r in f["replicas"]] == [r["replica"] for r in fleet["f"]["replicas"]]
+    assert f["failed_shards"] == fleet["f"]["failed_shards"] and f["budgets"] == fleet["f"]["budgets"]
+
+
+def test_several_windows_average_the_window_sums(fleet, tmp_path):
+    """With a second window holding only the batch pool, the fleet's goodput is the span-weighted mean of the two
+    window sums and a replica's goodput the duration-weighted mean of its shards (here: equal copies)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from stallscope.fleet import lake as lk
+    from stallscope.fleet.rollup import open_lake, rollup
+
+    lake = tmp_path / "lake"
+    shutil.copytree(fleet["lake"], lake)
+    w2 = "20250401T170000Z"
+    batch = {r["shard_id"]: r for r in _read(lake, "_shards") if r["pool"] == "batch" and r["status"] == "done"}
+    for sid, row in batch.items():
+        new = sid.replace("~all", f"~{w2}")
+        for table in lk.TABLES:
+            src = lake / table / f"pool=batch/replica={row['replica']}/window=all/part-0.parquet"
+            t = pq.read_table(src)
+            t = t.set_column(0, "shard_id", pa.array([new] * t.num_rows, pa.string()))
+            dst = lake / table / f"pool=batch/replica={row['replica']}/window={w2}"
+            dst.mkdir(parents=True)
+            pq.write_table(t, dst / "part-0.parquet")
+        led = {k: v for k, v in row.items() if k != "shard"}
+        (lake / "_shards" / f"shard={new}").mkdir()
+        pq.write_table(pa.Table.from_pylist([{**led, "shard_id": new, "window": w2}], schema=lk.SHARDS),
+                       lake / "_shards" / f"shard={new}" / "part-0.parquet")
+    with open_lake(lake) as lk2:
+        f = rollup(lk2)
+    rows = _read(lake, "goodput")
+    per = {}
+    for w in ("all", w2):
+        mine = [r for r in rows if r["window"] == w]
+        span = (max(r["window_end_ns"] for r in mine) - min(r["window_start_ns"] for r in mine)) / 1e9
+        per[w] = (sum(r["goodput_rps"] for r in mine), span)
+    windows = {w["window"]: w for w in f["windows"]}
+    assert set(windows) == {"all", w2}
+    for w, (total, span) in per.items():
+        assert windows[w]["goodput_rps"] == pytest.approx(total, rel=1e-12)
+        assert windows[w]["span_s"] == pytest.approx(span, rel=1e-12)
+    want = sum(t * s for t, s in per.values()) / sum(s for _, s in per.values())
+    assert f["fleet"]["goodput_rps"] == pytest.approx(want, rel=1e-12)
+    assert per["all"][0] > f["fleet"]["goodput_rps"] > per[w2][0]
+    before = {r["replica"]: r for r in fleet["f"]["replicas"]}
+    for r in f["replicas"]:
+        assert r["windows"] == (2 if r["pool"] == "batch" else 1)
+        assert r["goodput_rps"] == pytest.approx(before[r["replica"]]["goodput_rps"], rel=1e-12)
+        assert r["requests_total"] == before[r["replica"]]["requests_total"] * r["windows"]

@@ -55,6 +55,10 @@ def _pct(v) -> str:
     return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{100 * v:.1f}%"
 
 
+def _n(v, noun: str) -> str:
+    return f"{num(v)} {noun}" + ("" if v == 1 else "s")
+
+
 def _budget(v) -> str:
     """A budget of fleet_budgets: NULL is unchunked (the view says so only for pools with an `ok` shard)."""
     return "unchunked" if v is None else num(v)
@@ -137,8 +141,8 @@ FIGURES = (("goodput_by_replica", goodput_by_replica), ("lost_over_time", lost_o
 def _page(f: dict, img: dict, top: int) -> list:
     s = f.get("fleet") or {}
     b: list = [Heading(1, "stallscope fleet report")]
-    b.append(Para([f"Lake {clip(f.get('lake'), 200)}: {num(s.get('pools'))} pools, {num(s.get('replicas'))} "
-                   f"replicas, {num(s.get('windows'))} windows; {num(s.get('shards_done'))} of "
+    b.append(Para([f"Lake {clip(f.get('lake'), 200)}: {_n(s.get('pools'), 'pool')}, {_n(s.get('replicas'), 'replica')}, "
+                   f"{_n(s.get('windows'), 'window')}; {num(s.get('shards_done'))} of "
                    f"{num(s.get('shards_total'))} shards analysed, {num(s.get('shards_failed'))} failed; "
                    f"{_utc(s.get('start_ns'))} to {_utc(s.get('end_ns'))}."]))
     b.append(Heading(2, "Headline"))
@@ -178,9 +182,9 @@ def _replicas(f: dict, b: list, top: int) -> None:
         b.append(Para(["No analysed shard in the lake."]))
         return
     shown = reps[:top]
-    b.append(Para([f"The {len(shown):,} replicas that lost the most goodput to interference"
-                   + (f" (of {len(reps):,}; all are in fleet.json)" if len(reps) > len(shown) else "")
-                   + "; ties go to more spikes (view ", ("code", "fleet_replicas"), ")."]))
+    which = (f"The {len(shown):,} replicas (of {len(reps):,}; all are in fleet.json) that lost the most goodput"
+             if len(reps) > len(shown) else f"All {len(reps):,} replicas, the one that lost the most goodput first")
+    b.append(Para([which, " to interference; ties go to more spikes (view ", ("code", "fleet_replicas"), ")."]))
     b.append(Table(["rank", "pool", "replica", "requests", "attainment", "goodput (req/s)", "lost (req/s)",
                     "spikes", "worst gap (ms)", "interference (GPU-s)"],
                    [[num(r["lost_rank"]), clip(r["pool"]), clip(r["replica"]), num(r["requests_total"]),
@@ -277,7 +281,8 @@ def _method(b: list) -> None:
     b.append(Heading(2, "How the numbers were computed"))
     b.append(Para(["Each shard (one replica over one window) was analysed alone by ", ("code", "stallscope analyze"),
                    " and ", ("code", "stallscope recommend"), " and written to the lake; every number here comes "
-                   "from the ", ("code", "fleet_*"), " views shipped in ", ("code", "stallscope.queries"),
+                   "from the rollup views shipped in ", ("code", "stallscope.queries"), " (", ("code", "fleet_summary"),
+                   ", ", ("code", "fleet_pools"), ", ", ("code", "fleet_replicas"), " and the others named above)",
                    " over the lake's Parquet tables (", ("code", "read_parquet"), " with hive partitioning); the "
                    "full result is ", ("code", "fleet.json"), " (", ("code", "stallscope.fleet/1"), ")."]))
     for name, _ in FIGURES:

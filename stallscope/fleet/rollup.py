@@ -56,10 +56,6 @@ def _root(lake) -> str:
     return str(p.resolve())
 
 
-def _lit(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
 def _empty_view(con, view: str, schema, partitions: tuple[str, ...]) -> None:
     import pyarrow as pa
 
@@ -68,43 +64,79 @@ def _empty_view(con, view: str, schema, partitions: tuple[str, ...]) -> None:
     con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM _empty_{view}")
 
 
-def _files(con, root: str, table: str) -> int:
+def _local_table(con, root: str, table: str) -> tuple[str | None, int]:
+    """(DuckDB table expression, Parquet files) of one lake table on a local disk: `lake.scan`'s read_parquet."""
+    from . import lake as lk
+
     glob = f"{root}/_shards/*/*.parquet" if table == "_shards" else f"{root}/{table}/*/*/*/*.parquet"
-    return con.execute(f"SELECT count(*) FROM glob({_lit(glob)})").fetchall()[0][0]
+    n = con.execute("SELECT count(*) FROM glob(?)", [glob]).fetchall()[0][0]
+    return (lk.scan(root.replace("'", "''"), table) if n else None), n
+
+
+def _remote_table(con, root: str, table: str, schema, parts: tuple[str, ...]) -> tuple[str | None, int]:
+    """The same for a URI: the lake's files through the pyarrow filesystem that wrote them (same credentials), as
+    an Arrow dataset with hive partitions (as text) that DuckDB scans."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+    from pyarrow import fs as pafs
+
+    from .shards import filesystem
+
+    fs, base = filesystem(root)
+    top = f"{base.rstrip('/')}/{table}"
+    if fs.get_file_info(top).type != pafs.FileType.Directory:
+        return None, 0
+    files = sorted(i.path for i in fs.get_file_info(pafs.FileSelector(top, recursive=True))
+                   if i.type == pafs.FileType.File and i.path.endswith(".parquet"))
+    if not files:
+        return None, 0
+    hive = ds.partitioning(pa.schema([pa.field(p, pa.string()) for p in parts]), flavor="hive")
+    full = pa.schema(list(schema) + [pa.field(p, pa.string()) for p in parts if p not in schema.names])
+    name = f"_ds_{table.strip('_')}"
+    con.register(name, ds.dataset(files, schema=full, filesystem=fs, format="parquet", partitioning=hive,
+                                  partition_base_dir=top))
+    return name, len(files)
 
 
 def open_lake(lake) -> Lake:
-    """Connect to LAKE (a folder, or an object-store URI DuckDB can read) and install the rollup views: one
-    `lake_<table>` view per lake table (`lake_shards` for `_shards`) holding the rows of the shards `_shards` says
-    are done, then the fleet_*.sql views over them."""
+    """Connect to LAKE (a folder, or a URI: s3://, gs://, file://) and install the rollup views: one `lake_<table>`
+    view per lake table (`lake_shards` for `_shards`) holding the rows of the shards `_shards` says are done, then
+    the fleet_*.sql views over them."""
     import duckdb
 
     from . import lake as lk
+    from .shards import is_uri
 
     root = _root(lake)
-    quoted = root.replace("'", "''")  # lake.scan puts the root inside a SQL string literal
     con = duckdb.connect(":memory:")
     con.execute("SET enable_progress_bar = false")
+
+    def table_expr(table: str, schema, parts: tuple[str, ...]) -> tuple[str | None, int]:
+        if is_uri(root):
+            return _remote_table(con, root, table, schema, parts)
+        return _local_table(con, root, table)
+
     found: dict[str, int] = {}
     try:
-        found["_shards"] = _files(con, root, "_shards")
-        if not found["_shards"]:
+        expr, found["_shards"] = table_expr("_shards", lk.SHARDS, ("shard",))
+        if expr is None:
             raise StallscopeError(f"{root} is not a stallscope lake (no _shards table): "
                                   "write one with `stallscope fleet run SOURCE --out LAKE`")
-        con.execute(f"CREATE OR REPLACE TEMP VIEW lake_shards AS SELECT * FROM {lk.scan(quoted, '_shards')}")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW lake_shards AS SELECT * FROM {expr}")
         for table, schema in lk.TABLES.items():
-            found[table] = _files(con, root, table)
-            if found[table]:
+            parts = ("pool", "replica", "window")
+            expr, found[table] = table_expr(table, schema, parts)
+            if expr is not None:
                 # a shard being rewritten, or one that failed after it was done, is not in the rollup
-                con.execute(f"CREATE OR REPLACE TEMP VIEW lake_{table} AS SELECT * FROM {lk.scan(quoted, table)} "
+                con.execute(f"CREATE OR REPLACE TEMP VIEW lake_{table} AS SELECT * FROM {expr} "
                             "WHERE shard_id IN (SELECT shard_id FROM lake_shards WHERE status = 'done')")
             else:  # no shard wrote the table (all failed): an empty view of its declared schema
-                _empty_view(con, f"lake_{table}", schema, ("pool", "replica", "window"))
+                _empty_view(con, f"lake_{table}", schema, parts)
         sqlviews.create(con, sqlviews.all_queries(fleet=True))
-    except duckdb.Error as e:
+    except (duckdb.Error, OSError) as e:
         con.close()
         raise StallscopeError(f"cannot read lake {root}: {str(e).splitlines()[0]}") from None
-    except StallscopeError:
+    except BaseException:
         con.close()
         raise
     return Lake(con, root, found)
