@@ -25,3 +25,9 @@ def test_wheel_contents(tmp_path):
     assert not [n for n in names if "shared" in n or n.endswith((".log", ".json.gz")) or "sample_traces" in n]
     entry = [n for n in names if n.endswith("entry_points.txt")]
     assert entry and "stallscope = stallscope.cli:main" in zipfile.ZipFile(wheel).read(entry[0]).decode()
+    # Fleet mode ships; Ray only in the `fleet` extra (a plain install stays Ray-free; `--engine ray` without it
+    # says how to install it: tests/test_fleet.py).
+    assert "stallscope/fleet/execute.py" in names and "stallscope/fleet/lake.py" in names
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("/METADATA"))).decode()
+    ray_reqs = [ln for ln in meta.splitlines() if ln.startswith("Requires-Dist: ray")]
+    assert ray_reqs and all('extra == "fleet"' in ln for ln in ray_reqs), ray_reqs

@@ -74,7 +74,7 @@ def run_cmd(
     from .execute import FAULT_ENV, RunOptions, run_fleet
 
     console = Console(stderr=True)
-    opts = RunOptions(slo=slo, attainment=attainment, spike_k=spike_k, recommend=recommend and bool(slo),
+    opts = RunOptions(slo=slo, attainment=attainment, spike_k=spike_k, recommend=recommend,
                       year=year, tz=tz, fault=os.environ.get(FAULT_ENV))
     if slo:
         from stallscope.analyze import parse_slo

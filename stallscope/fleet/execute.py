@@ -192,7 +192,6 @@ def shard_tables(con, result: dict, shard, aopts) -> dict[str, pa.Table]:
         "interference_gpu_s": result["interference_gpu_s"],
         "slo_ttft_ms": slo.ttft_ms, "slo_tpot_ms": slo.tpot_ms, "slo_itl_ms": slo.itl_ms, "slo_e2el_ms": slo.e2el_ms,
         "slo_attainment": aopts.attainment, "spike_k": aopts.spike_k,
-        "shard_window_start_ns": shard.window_start_ns, "shard_window_end_ns": shard.window_end_ns,
     }
     culprits = con.sql(f"""
         SELECT spike_id, rank, report_id AS request_id, prompt_tokens, overlap_ns, evidence, confidence,
@@ -231,6 +230,9 @@ def _recommendation(con, aopts, enabled: bool, sid: str) -> pa.Table:
     if not enabled:
         row.update(status="skipped", reason="--no-recommend")
         return pa.Table.from_pylist([row], schema=lk.RECOMMENDATIONS)
+    if not any(getattr(aopts.slo, k) is not None for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")):
+        row.update(status="skipped", reason="no latency SLO given (--slo): the recommendation needs one")
+        return pa.Table.from_pylist([row], schema=lk.RECOMMENDATIONS)
     try:
         rec = recommend(con, ROptions(slo=aopts.slo, attainment=aopts.attainment, prepared=True))
     except StallscopeError as e:  # no latency SLO, an empty store: said, not fatal for the shard
@@ -268,8 +270,9 @@ class FleetRun:
     failures: list[tuple[str, str]] = field(default_factory=list)   # (shard_id, reason)
 
 
-def plan_source(source: str, lake, opts: RunOptions, window: str | None = None):
-    """The shards of SOURCE (with --window: files placed by their last instant, cached in the lake's `_files`)."""
+def plan_source(source: str, lake, opts: RunOptions, window: str | None = None, mapper=None):
+    """The shards of SOURCE (with --window: files placed by their last instant, cached in the lake's `_files`).
+    `mapper(fn, items, opts)` runs the planning ingest of the replicas that need one (the Ray engine: as tasks)."""
     from .shards import discover, parse_duration, plan
 
     replicas = discover(source)
@@ -278,13 +281,17 @@ def plan_source(source: str, lake, opts: RunOptions, window: str | None = None):
     if window_ns is not None:
         cache = lake.file_times_full()
         new: dict[str, tuple] = {}
-        for r in replicas:
-            if r.window is None and any(f.sha256 not in cache for f in r.files):
-                new.update(_instants(r, opts))
+        need = [r for r in replicas if r.window is None and any(f.sha256 not in cache for f in r.files)]
+        for got in (mapper or _map_local)(_instants, need, opts):
+            new.update(got)
         lake.write_file_times(new)
         cache.update(new)
         last = {k: v[1] for k, v in cache.items() if v[2] != "not_input"}
     return plan(replicas, opts.analysis_key(), window_ns, last)
+
+
+def _map_local(fn, items, opts):
+    return [fn(x, opts) for x in items]
 
 
 def _instants(replica, opts: RunOptions) -> dict[str, tuple]:
@@ -337,45 +344,54 @@ def run_fleet(source: str, lake_root: str, opts: RunOptions, *, engine: str = "l
     if retries < 0:
         raise StallscopeError("--retries must be 0 or more")
     if engine == "ray":
-        _import_ray()
+        _import_ray()  # before anything is written
     t_start = time.perf_counter()
     lake = Lake(lake_root)
     lake.clean_staging()
-    shards = plan_source(source, lake, opts, window)
-    ledger = lake.ledger()
-    done = {sid for sid, h, st in zip(ledger["shard_id"].to_pylist(), ledger["content_hash"].to_pylist(),
-                                      ledger["status"].to_pylist()) if st == "done" and h}
-    hashes = dict(zip(ledger["shard_id"].to_pylist(), ledger["content_hash"].to_pylist()))
-    todo = [s for s in shards if not (s.shard_id in done and hashes.get(s.shard_id) == s.content_hash)]
-    summary = FleetRun(planned=len(shards), skipped=len(shards) - len(todo), executed=len(todo), engine=engine)
-    advance = progress(len(todo)) if progress and todo else None
+    with (_RayEngine(address, num_cpus, object_store_mb, task_memory_mb) if engine == "ray" else _LocalEngine()) as eng:
+        shards = plan_source(source, lake, opts, window, mapper=eng.map)
+        ledger = lake.ledger()
+        done = {sid: h for sid, h, st in zip(ledger["shard_id"].to_pylist(), ledger["content_hash"].to_pylist(),
+                                             ledger["status"].to_pylist()) if st == "done"}
+        todo = [s for s in shards if done.get(s.shard_id) != s.content_hash]
+        summary = FleetRun(planned=len(shards), skipped=len(shards) - len(todo), executed=len(todo), engine=engine)
+        advance = progress(len(todo)) if progress and todo else None
 
-    def record(shard, res: ShardResult | None, error: str | None, attempts: int) -> None:
-        status = "done" if res is not None and res.status == "done" else "failed"
-        err = None if status == "done" else (error or (res.error if res else "failed"))
-        row = _ledger_row(shard, res, engine, status=status, error=err, attempts=attempts)
-        try:
-            lake.write_shard(shard, res.tables if status == "done" else None, row)
-        except Exception as e:  # noqa: BLE001 - the one failure that stops the run: the lake cannot be written
-            raise StallscopeError(f"cannot write the lake at {lake_root}: {_one_line(e)}") from None
-        if status == "done":
-            summary.done += 1
-        else:
-            summary.failed += 1
-            summary.failures.append((shard.shard_id, err))
-        if attempts > 1:
-            summary.retried += 1
-        if advance:
-            advance(shard.shard_id, status)
+        def record(shard, res: ShardResult | None, error: str | None, attempts: int) -> None:
+            status = "done" if res is not None and res.status == "done" else "failed"
+            err = None if status == "done" else (error or (res.error if res else "failed"))
+            row = _ledger_row(shard, res, engine, status=status, error=err, attempts=attempts)
+            try:
+                lake.write_shard(shard, res.tables if status == "done" else None, row)
+            except Exception as e:  # noqa: BLE001 - the one failure that stops the run: the lake cannot be written
+                raise StallscopeError(f"cannot write the lake at {lake_root}: {_one_line(e)}") from None
+            if status == "done":
+                summary.done += 1
+            else:
+                summary.failed += 1
+                summary.failures.append((shard.shard_id, err))
+            if attempts > 1:
+                summary.retried += 1
+            if advance:
+                advance(shard.shard_id, status)
 
-    if todo:
-        if engine == "local":
-            _run_local(todo, opts, retries, record)
-        else:
-            _run_ray(todo, opts, retries, record, address=address, num_cpus=num_cpus,
-                     task_memory_mb=task_memory_mb, object_store_mb=object_store_mb)
+        if todo:
+            eng.run(todo, opts, retries, record)
     summary.wall_s = time.perf_counter() - t_start
     return summary
+
+
+class _LocalEngine:
+    map = staticmethod(_map_local)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def run(self, todo, opts, retries, record):
+        _run_local(todo, opts, retries, record)
 
 
 def _run_local(todo, opts: RunOptions, retries: int, record) -> None:
@@ -443,17 +459,41 @@ def ray_init_kwargs(num_cpus: int | None, object_store_mb: int | None) -> dict:
     return kw
 
 
-def _run_ray(todo, opts: RunOptions, retries: int, record, *, address, num_cpus, task_memory_mb,
-             object_store_mb) -> None:
-    ray = _import_ray()
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    started_here = not ray.is_initialized()
-    if started_here:
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(**ray_init_kwargs(num_cpus, object_store_mb))
-    try:
+class _RayEngine:
+    """A Ray session for one run: joined (`--address`) or started locally, and shut down if started here."""
+
+    def __init__(self, address, num_cpus, object_store_mb, task_memory_mb):
+        self.address, self.num_cpus, self.object_store_mb = address, num_cpus, object_store_mb
+        self.task_memory = int(task_memory_mb) * 1024 * 1024
+        self.ray = _import_ray()
+        self.started_here = False
+
+    def __enter__(self):
+        ray = self.ray
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if not ray.is_initialized():
+            if self.address:
+                ray.init(address=self.address, log_to_driver=False)
+            else:
+                ray.init(**ray_init_kwargs(self.num_cpus, self.object_store_mb))
+            self.started_here = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.started_here:
+            self.ray.shutdown()
+        return False
+
+    def map(self, fn, items, opts):
+        """Planning work, one task per item (same resources as a shard), results in order."""
+        if not items:
+            return []
+        task = self.ray.remote(fn).options(num_cpus=1, memory=self.task_memory)
+        return self.ray.get([task.remote(x, opts) for x in items])
+
+    def run(self, todo, opts: RunOptions, retries: int, record) -> None:
+        ray = self.ray
+
         @ray.remote(num_cpus=0)
         class Attempts:
             def __init__(self):
@@ -467,21 +507,22 @@ def _run_ray(todo, opts: RunOptions, retries: int, record, *, address, num_cpus,
                 return self.n.get(sid, 0)
 
         counter = Attempts.remote()
-        task = ray.remote(_ray_task).options(num_cpus=1, memory=int(task_memory_mb) * 1024 * 1024,
-                                             max_retries=retries, retry_exceptions=True)
+        task = ray.remote(_ray_task).options(num_cpus=1, memory=self.task_memory, max_retries=retries,
+                                             retry_exceptions=True)
         pending = {task.remote(s, opts, counter): s for s in todo}
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                shard = pending.pop(ref)
-                try:
-                    res = ray.get(ref)
-                except Exception as e:  # noqa: BLE001 - every attempt failed: recorded, the others go on
-                    n = ray.get(counter.get.remote(shard.shard_id))
-                    record(shard, None, f"{_ray_reason(e)} (after {n} attempts)", n)
-                    continue
-                record(shard, res, None, res.attempt)
-        ray.kill(counter)
-    finally:
-        if started_here:
-            ray.shutdown()
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    shard = pending.pop(ref)
+                    try:
+                        res = ray.get(ref)
+                    except Exception as e:  # noqa: BLE001 - every attempt failed: recorded, the others go on
+                        n = ray.get(counter.get.remote(shard.shard_id))
+                        record(shard, None, f"{_ray_reason(e)} (after {n} attempts)", n)
+                        continue
+                    record(shard, res, None, res.attempt)
+        finally:
+            for ref in pending:  # the lake could not be written: stop what is still queued
+                ray.cancel(ref, force=True)
+            ray.kill(counter)

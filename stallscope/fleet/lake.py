@@ -42,7 +42,6 @@ GOODPUT = _schema(
     ("interference_gpu_s", F64),
     ("slo_ttft_ms", F64), ("slo_tpot_ms", F64), ("slo_itl_ms", F64), ("slo_e2el_ms", F64),
     ("slo_attainment", F64), ("spike_k", F64),
-    ("shard_window_start_ns", I64), ("shard_window_end_ns", I64),
 )
 # One row per spike, the fields of analyze's `spikes` (times int64 ns).
 SPIKES = _schema(

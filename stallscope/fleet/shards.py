@@ -271,7 +271,8 @@ def _manifest(source: str, fs, base: str) -> list[Replica]:
 
 
 def content_hash(files, options: dict) -> str:
-    """Hash of the shard's file contents (with their names) and every option that changes its analysis."""
+    """Hash of the shard's file contents (with their names) and every option that changes its analysis (the
+    window length does not: a shard's analysis depends only on its files)."""
     h = hashlib.sha256()
     for name, digest in sorted((PurePosixPath(f.path).name, f.sha256) for f in files):
         h.update(f"{name}\0{digest}\n".encode())
@@ -306,7 +307,7 @@ def plan(replicas: list[Replica], options: dict, window_ns: int | None = None,
         for start, files in sorted(by_window.items()):
             shards.append(Shard(r.pool, r.replica, window_label(start), tuple(f.path for f in files),
                                 tuple(files), start, start + window_ns,
-                                content_hash=content_hash(files, {**options, "window_ns": window_ns}),
+                                content_hash=content_hash(files, options),
                                 remote_root=r.remote_root))
     ids = [s.shard_id for s in shards]
     if len(set(ids)) != len(ids):
