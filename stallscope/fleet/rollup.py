@@ -1,11 +1,12 @@
 """The fleet rollup: open a lake written by `stallscope fleet run` as DuckDB views and run the fleet_*.sql views
 (queries/fleet_*.sql) over it into the `stallscope.fleet/1` object.
 
-The lake comes in as one `lake_<table>` view per lake table, each a `read_parquet(..., hive_partitioning = true)`
-over LAKE/<table>/**/*.parquet (pool, replica and window are hive partitions, read as text); a table with no files
-yet (a fleet without rejects, a lake whose shards all failed) is an empty view of its declared schema, so every
-rollup view always binds. The rollup views are plain SQL over those; this module only wires them and shapes the
-result.
+The lake comes in as one `lake_<table>` view per lake table holding the rows of the shards whose `_shards` row
+says `done`: on a local disk `lake.scan`'s `read_parquet(..., hive_partitioning = true)` (pool, replica and window
+read as text), for a URI an Arrow dataset over the pyarrow filesystem that wrote the lake, with the same hive
+partitions. A table no shard wrote (a lake whose shards all failed) is an empty view of its declared schema, so
+every rollup view always binds. The rollup views are plain SQL over those; this module only wires them and shapes
+the result.
 """
 from __future__ import annotations
 
