@@ -60,14 +60,18 @@ def local_lake(fleet, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ray_session():
+    from stallscope.fleet.execute import local_ray_env, ray_init_kwargs
+
+    local_ray_env()
     try:
         import ray
     except ImportError:  # CI must run these: a missing Ray is a failure, never a skip
         pytest.fail("ray is not installed: `make dev` installs the fleet extra (pip install -e '.[fleet]')")
-    from stallscope.fleet.execute import ray_init_kwargs
-
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     ray.init(**ray_init_kwargs(num_cpus=2, object_store_mb=200))
+    # Loopback only: the node (and so every Ray server, which binds the node address) is 127.0.0.1.
+    assert ray.util.get_node_ip_address() == "127.0.0.1"
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
+    assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
     yield ray
     ray.shutdown()
 

@@ -196,3 +196,51 @@ def test_uri_source_and_lake_a_shard_with_nothing_usable_and_no_recommend(tmp_pa
                                          "--slo", "ttft=2s", "--no-recommend"],
                            capture_output=True, text=True, timeout=120)
     assert "2 shards: 0 done, 1 failed, 1 already done (skipped); 1 executed on local" in again.stdout
+
+
+def test_fleet_simulate_writes_a_source_and_its_manifest(tmp_path):
+    out = tmp_path / "fleet"
+    r = subprocess.run(STALLSCOPE + ["fleet", "simulate", "--out", str(out), "--replicas", "4", "--windows", "2",
+                                     "--traced", "1", "--duration", "2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("4 replicas (2 stalling) x 2 windows in 3 pools")
+    by_dir = {(x.pool, x.replica): sorted(f.path.split("/fleet/", 1)[1] for f in x.files)
+              for x in discover(str(out))}
+    assert set(by_dir) == {("chat", "r000"), ("batch", "r001"), ("legacy", "r002"), ("chat", "r003")}
+    assert by_dir[("chat", "r000")] == ["r000/run-00/bench_serve.json", "r000/run-00/trace.pt.trace.json.gz",
+                                        "r000/run-00/vllm_server.log", "r000/run-01/bench_serve.json",
+                                        "r000/run-01/vllm_server.log"]
+    by_manifest = {(x.pool, x.replica, x.window): sorted(f.path.split("/fleet/", 1)[1] for f in x.files)
+                   for x in discover(str(out / "fleet.csv"))}
+    assert by_manifest[("chat", "r000", "20250401T161000Z")] == by_dir[("chat", "r000")][3:]
+    assert sum(len(v) for v in by_manifest.values()) == sum(len(v) for v in by_dir.values()) == 17
+
+
+def test_an_object_store_source_through_fsspec_with_windows(tmp_path):
+    """A non-local filesystem (fsspec's in-memory one, as s3fs/gcsfs/adlfs would be): the planning ingest and
+    the shard tasks copy the files out, the window cut finds both runs, and `sources` keeps the URIs."""
+    fsspec = pytest.importorskip("fsspec")
+    from stallscope.analyze import Options, analyze, parse_slo
+    from stallscope.fleet.execute import RunOptions, run_fleet
+    from stallscope.fleet.simulate import simulate_fleet
+    from stallscope.store import Store
+
+    (rep,) = simulate_fleet(tmp_path / "src", 1, windows=2, traced=0, duration_s=2.0)
+    mem = fsspec.filesystem("memory")
+    root = f"/fleet-{tmp_path.name}"
+    for f in sorted((tmp_path / "src").rglob("*")):
+        if f.is_file() and f.name != "fleet.csv":
+            mem.pipe(f"{root}/{f.relative_to(tmp_path / 'src')}", f.read_bytes())
+    lake = str(tmp_path / "lake")
+    summary = run_fleet(f"memory://{root}", lake, RunOptions(slo="ttft=2s,itl=100ms", recommend=False),
+                        window="10m")
+    assert (summary.planned, summary.done, summary.failed) == (2, 2, 0)
+    con = duckdb.connect()
+    got = dict(con.sql(f"SELECT \"window\", goodput_rps FROM {lk.scan(lake, 'goodput')}").fetchall())
+    for run_dir, label in zip(rep.runs, rep.windows):
+        with Store(":memory:") as s:
+            s.ingest([run_dir])
+            assert got[label] == analyze(s.con, Options(slo=parse_slo("ttft=2s,itl=100ms")))["goodput_rps"]
+    paths = sorted(p for (p,) in con.sql(f"SELECT path FROM {lk.scan(lake, 'sources')}").fetchall())
+    assert paths == [f"memory://{root}/r000/run-0{k}/{n}" for k in (0, 1) for n in ("bench_serve.json",
+                                                                                   "vllm_server.log")]

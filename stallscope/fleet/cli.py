@@ -128,5 +128,5 @@ def simulate_cmd(
     fleet = simulate_fleet(out, replicas, windows=windows, window_s=window_s, duration_s=duration, rate=rate,
                            traced=traced, pools=pools, seed=seed)
     stalling = sum(r.stalling for r in fleet)
-    sys.stdout.write(f"{len(fleet)} replicas ({stalling} stalling) x {windows} windows in "
+    sys.stdout.write(f"{len(fleet)} replicas ({stalling} stalling) x {windows} window{'s' * (windows != 1)} in "
                      f"{len({r.pool for r in fleet})} pools -> {out} (manifest {out}/fleet.csv)\n")

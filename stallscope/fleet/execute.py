@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -344,6 +345,8 @@ def run_fleet(source: str, lake_root: str, opts: RunOptions, *, engine: str = "l
     if retries < 0:
         raise StallscopeError("--retries must be 0 or more")
     if engine == "ray":
+        if not address:
+            local_ray_env()
         _import_ray()  # before anything is written
     t_start = time.perf_counter()
     lake = Lake(lake_root)
@@ -415,6 +418,15 @@ def _run_local(todo, opts: RunOptions, retries: int, record) -> None:
 RAY_INSTALL = "--engine ray needs Ray: pip install 'stallscope[fleet]' (or pip install 'ray>=2.40')"
 
 
+def local_ray_env() -> None:
+    """Environment for a Ray started on this machine only, set before Ray is imported: no usage statistics, and
+    Ray's single-node mode, in which the node address is the loopback one and every Ray server listens on
+    127.0.0.1 only (otherwise Ray swaps 127.0.0.1 for the machine's address and listens on all interfaces)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if "ray" not in sys.modules:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
 def _import_ray():
     try:
         import ray  # noqa: F401
@@ -447,7 +459,8 @@ def _ray_reason(e: BaseException) -> str:
 
 
 def ray_init_kwargs(num_cpus: int | None, object_store_mb: int | None) -> dict:
-    """A local Ray on this machine only: loopback, no dashboard, no usage stats, quiet."""
+    """A local Ray on this machine only (with `local_ray_env()` set before importing Ray): loopback, no
+    dashboard, quiet."""
     import logging
 
     kw = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
@@ -470,7 +483,6 @@ class _RayEngine:
 
     def __enter__(self):
         ray = self.ray
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         if not ray.is_initialized():
             if self.address:
                 ray.init(address=self.address, log_to_driver=False)

@@ -102,15 +102,27 @@ def is_uri(path: str) -> bool:
 
 
 def filesystem(path: str):
-    """(pyarrow FileSystem, path inside it) for a local path or a URI (s3://, gs://, hdfs://, file://)."""
+    """(pyarrow FileSystem, path inside it) for a local path or a URI: pyarrow's own (s3://, gs://, hdfs://,
+    file://), else any fsspec filesystem when fsspec is installed (az://, abfs://, memory://, ...)."""
     from pyarrow import fs as pafs
 
-    if is_uri(path):
-        try:
-            return pafs.FileSystem.from_uri(str(path))
-        except Exception as e:  # noqa: BLE001 - an unknown scheme or missing credentials: one line for the user
-            raise StallscopeError(f"cannot open {path}: {str(e).splitlines()[0]}") from None
-    return pafs.LocalFileSystem(), str(Path(path).resolve())
+    if not is_uri(path):
+        return pafs.LocalFileSystem(), str(Path(path).resolve())
+    try:
+        return pafs.FileSystem.from_uri(str(path))
+    except Exception as e:  # noqa: BLE001 - an unknown scheme or missing credentials: one line for the user
+        first = e
+    try:
+        import fsspec
+        from fsspec.core import url_to_fs
+    except ImportError:
+        raise StallscopeError(f"cannot open {path}: {str(first).splitlines()[0]}") from None
+    try:
+        ffs, inner = url_to_fs(str(path))
+    except Exception as e:  # noqa: BLE001
+        raise StallscopeError(f"cannot open {path}: {str(e).splitlines()[0]}") from None
+    del fsspec
+    return pafs.PyFileSystem(pafs.FSSpecHandler(ffs)), inner
 
 
 def _join(root: str, rel: str, uri_root: str | None) -> str:
