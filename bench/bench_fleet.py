@@ -137,7 +137,7 @@ def shard_costs(rows: list[dict]) -> dict:
     return out
 
 
-def lake_cost(lake: Path, window_s: float | None) -> dict:
+def lake_cost(lake: Path) -> dict:
     """Bytes of the lake, and a per-shard linear model (fixed bytes + bytes per request row) fitted over its
     shards, extrapolated to one replica-day at the simulated request rate."""
     import duckdb
@@ -160,7 +160,7 @@ def lake_cost(lake: Path, window_s: float | None) -> dict:
     total = lake_bytes(lake)
     a = np.vstack([np.ones(len(reqs)), np.asarray(reqs, float)]).T
     (fixed, per_row), *_ = np.linalg.lstsq(a, np.asarray(sizes, float), rcond=None)
-    rows_per_s = sum(reqs) / sum(secs) / 1.0 if sum(secs) else float("nan")  # request rows per replica-second
+    rows_per_s = sum(reqs) / sum(secs) if sum(secs) else float("nan")  # request rows per replica-second
     per_day = {}
     for label, w in (("window_10m", 600.0), ("window_1h", 3600.0), ("window_1d", 86400.0)):
         per_day[label] = per_row * rows_per_s * 86400.0 + fixed * (86400.0 / w)
@@ -233,7 +233,7 @@ def main(argv=None) -> int:
     t0, c0 = time.perf_counter(), time.process_time()
     built = build(lake, work / "report-inproc")
     build_s, build_cpu = time.perf_counter() - t0, time.process_time() - c0
-    cost = lake_cost(lake, None)
+    cost = lake_cost(lake)
     load1 = os.getloadavg()[0]
     loc, ray = runs["local"], runs["ray"]
     res = {
