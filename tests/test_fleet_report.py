@@ -276,3 +276,22 @@ def test_several_windows_average_the_window_sums(fleet, tmp_path):
         assert r["windows"] == (2 if r["pool"] == "batch" else 1)
         assert r["goodput_rps"] == pytest.approx(before[r["replica"]]["goodput_rps"], rel=1e-12)
         assert r["requests_total"] == before[r["replica"]]["requests_total"] * r["windows"]
+
+
+def test_html_opens_cleanly_in_headless_chromium(fleet):
+    """The page as a reader's browser sees it: nothing runs, nothing loads, both figures decode."""
+    import os
+
+    from browser import blank_fraction, check_page, find_chromium
+
+    path = find_chromium()
+    if path is None:
+        if os.environ.get("STALLSCOPE_ALLOW_NO_BROWSER"):
+            pytest.skip("chromium not installed (STALLSCOPE_ALLOW_NO_BROWSER set)")
+        pytest.fail("chromium not found: `make test` installs Debian's chromium (apt-get install chromium)")
+    chk = check_page(fleet["rep"].files["report.html"], path)
+    assert chk.console_errors == [] and chk.requests == [] and chk.dialogs == [] and chk.scripts == 0
+    assert len(chk.images) == 2
+    assert all(i["src_kind"] == "data" and i["complete"] and i["natural_width"] == 1000 for i in chk.images)
+    assert chk.width <= 1280 and chk.body_text_chars > 2000
+    assert 0.3 < blank_fraction(chk.screenshot) < 0.99
