@@ -20,6 +20,8 @@
 -- @column lost_share                  DOUBLE   goodput_lost_rps / goodput_counterfactual_rps (0..1).
 -- @column spike_count                 BIGINT   Decode-gap spikes fleet-wide.
 -- @column worst_gap_ms                DOUBLE   The fleet's longest spiking gap, ms.
+-- @column slo                         VARCHAR  The SLOs the shards were judged against, e.g. `TTFT 2000 ms, ITL 200 ms` (the most common set).
+-- @column slo_sets                    BIGINT   Distinct SLO sets among the shards (above 1 their goodputs measure different things).
 CREATE OR REPLACE TEMP VIEW fleet_summary AS
 WITH w AS (
     SELECT count(*) AS windows, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
@@ -38,10 +40,17 @@ WITH w AS (
            CAST(sum(spike_count) AS BIGINT) AS spike_count, max(worst_gap_ns) / 1e6 AS worst_gap_ms
     FROM fleet_windows),
 g AS (SELECT count(DISTINCT pool) AS pools, count(DISTINCT (pool, replica)) AS replicas FROM lake_goodput),
+o AS (SELECT mode(k) AS slo, count(DISTINCT k) AS slo_sets
+      FROM (SELECT concat_ws(', ', 'TTFT ' || printf('%g', slo_ttft_ms) || ' ms',
+                             'TPOT ' || printf('%g', slo_tpot_ms) || ' ms',
+                             'ITL ' || printf('%g', slo_itl_ms) || ' ms',
+                             'E2EL ' || printf('%g', slo_e2el_ms) || ' ms') AS k
+            FROM lake_goodput)),
 s AS (SELECT count(*) AS shards_total, count(*) FILTER (WHERE status = 'done') AS shards_done,
              count(*) FILTER (WHERE status = 'failed') AS shards_failed FROM lake_shards)
 SELECT g.pools, g.replicas, w.windows, s.shards_total, s.shards_done, s.shards_failed, w.start_ns, w.end_ns,
        w.requests_total, w.requests_good, w.requests_lost, w.requests_good / nullif(w.requests_total, 0) AS attainment,
        w.goodput_rps, w.goodput_counterfactual_rps, w.goodput_lost_rps,
-       w.goodput_lost_rps / nullif(w.goodput_counterfactual_rps, 0) AS lost_share, w.spike_count, w.worst_gap_ms
-FROM w, g, s;
+       w.goodput_lost_rps / nullif(w.goodput_counterfactual_rps, 0) AS lost_share, w.spike_count, w.worst_gap_ms,
+       o.slo, o.slo_sets
+FROM w, g, s, o;

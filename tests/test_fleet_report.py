@@ -54,6 +54,7 @@ def test_fleet_goodput_is_the_sum_over_the_shards_in_the_lake(fleet):
     assert f["goodput_lost_rps"] == pytest.approx(sum(r["goodput_lost_rps"] for r in rows), rel=1e-12)
     assert f["goodput_lost_rps"] > 0
     assert (f["shards_total"], f["shards_done"], f["shards_failed"]) == (REPLICAS, REPLICAS - 1, 1)
+    assert (f["slo"], f["slo_sets"]) == ("TTFT 2000 ms, ITL 200 ms", 1)  # the run's --slo ttft=2s,itl=200ms
     for p in fleet["f"]["pools"]:
         mine = [r for r in rows if r["pool"] == p["pool"]]
         assert p["goodput_rps"] == pytest.approx(sum(r["goodput_rps"] for r in mine), rel=1e-12)
@@ -224,7 +225,10 @@ def test_a_file_uri_lake_rolls_up_the_same(fleet):
 
     with open_lake(fleet["lake"].as_uri()) as lk:
         f = rollup(lk)
-    assert f["fleet"] == pytest.approx(fleet["f"]["fleet"], rel=1e-12)
+    want = fleet["f"]["fleet"]
+    assert f["fleet"]["slo"] == want["slo"]
+    assert {k: v for k, v in f["fleet"].items() if k != "slo"} == pytest.approx(
+        {k: v for k, v in want.items() if k != "slo"}, rel=1e-12)
     assert [r["replica"] for r in f["replicas"]] == [r["replica"] for r in fleet["f"]["replicas"]]
     assert f["failed_shards"] == fleet["f"]["failed_shards"] and f["budgets"] == fleet["f"]["budgets"]
 
@@ -236,6 +240,7 @@ def test_several_windows_average_the_window_sums(fleet, tmp_path):
     import pyarrow.parquet as pq
 
     from stallscope.fleet import lake as lk
+    from stallscope.fleet.report import build
     from stallscope.fleet.rollup import open_lake, rollup
 
     lake = tmp_path / "lake"
@@ -248,6 +253,9 @@ def test_several_windows_average_the_window_sums(fleet, tmp_path):
             src = lake / table / f"pool=batch/replica={row['replica']}/window=all/part-0.parquet"
             t = pq.read_table(src)
             t = t.set_column(0, "shard_id", pa.array([new] * t.num_rows, pa.string()))
+            if table == "goodput":  # judged against another ITL SLO: the rollup must say the sets differ
+                i = t.schema.get_field_index("slo_itl_ms")
+                t = t.set_column(i, "slo_itl_ms", pa.array([100.0] * t.num_rows, pa.float64()))
             dst = lake / table / f"pool=batch/replica={row['replica']}/window={w2}"
             dst.mkdir(parents=True)
             pq.write_table(t, dst / "part-0.parquet")
@@ -257,6 +265,9 @@ def test_several_windows_average_the_window_sums(fleet, tmp_path):
                        lake / "_shards" / f"shard={new}" / "part-0.parquet")
     with open_lake(lake) as lk2:
         f = rollup(lk2)
+    assert (f["fleet"]["slo_sets"], f["fleet"]["slo"]) == (2, "TTFT 2000 ms, ITL 200 ms")
+    md = build(lake, tmp_path / "rep").files["report.md"].read_text()
+    assert "judged against 2 different SLO sets" in md
     rows = _read(lake, "goodput")
     per = {}
     for w in ("all", w2):

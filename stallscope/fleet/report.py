@@ -145,6 +145,10 @@ def _page(f: dict, img: dict, top: int) -> list:
                    f"{_n(s.get('windows'), 'window')}; {num(s.get('shards_done'))} of "
                    f"{num(s.get('shards_total'))} shards analysed, {num(s.get('shards_failed'))} failed; "
                    f"{_utc(s.get('start_ns'))} to {_utc(s.get('end_ns'))}."]))
+    if s.get("slo_sets") and s["slo_sets"] > 1:
+        b.append(Para([("b", f"The shards were judged against {num(s['slo_sets'])} different SLO sets"),
+                       f" (the most common: {clip(s.get('slo'), 200) or 'none'}): their goodputs count different "
+                       "things and the sums below mix them; run the fleet again with one ", ("code", "--slo"), "."]))
     b.append(Heading(2, "Headline"))
     b.append(Bullets([
         [("b", "Fleet goodput"), " ", f"{num(s.get('goodput_rps'), 3)} req/s (the sum over the shards of each "
@@ -153,7 +157,8 @@ def _page(f: dict, img: dict, top: int) -> list:
          f"the {num(s.get('goodput_counterfactual_rps'), 3)} req/s the fleet would reach without prefill-decode "
          f"interference; {num(s.get('requests_lost'))} requests)."],
         [("b", "Attainment"), " ", f"{_pct(s.get('attainment'))} of {num(s.get('requests_total'))} judged requests "
-         f"good; {num(s.get('spike_count'))} decode-gap spikes, the worst {num(s.get('worst_gap_ms'), 1)} ms."],
+         f"good (SLOs: {clip(s.get('slo'), 200) or 'none'}); {num(s.get('spike_count'))} decode-gap spikes, the worst "
+         f"{num(s.get('worst_gap_ms'), 1)} ms."],
     ]))
     pools = f.get("pools") or []
     if pools:
