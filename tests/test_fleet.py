@@ -25,6 +25,7 @@ STALLSCOPE = [sys.executable, "-m", "stallscope.cli"]
 GOODPUT_FIELDS = ("requests_total", "requests_good", "requests_good_counterfactual", "requests_lost",
                   "goodput_rps", "goodput_counterfactual_rps", "goodput_lost_rps", "spike_count")
 KILLED = "chat~r003~20250401T161000Z"    # its worker is killed mid-task on the first attempt
+RAISES = "batch~r004~20250401T160000Z"    # its first attempt raises an unexpected error
 CORRUPT = "legacy~r005~20250401T160000Z"  # gets an extra, truncated benchmark file
 
 
@@ -47,14 +48,14 @@ def fleet(tmp_path_factory):
 @pytest.fixture(scope="module")
 def local_lake(fleet, tmp_path_factory):
     """The CLI, local engine, on the manifest; the killed shard's first attempt raises instead (a local process
-    cannot survive its own death), so that both engines see one retry of it."""
+    cannot survive its own death), so that both engines see one retry of each faulty shard."""
     src, _ = fleet
     lake = tmp_path_factory.mktemp("lakes") / "local"
     r = subprocess.run(STALLSCOPE + ["fleet", "run", str(src / "fleet.csv"), "--out", str(lake), "--slo", SLO,
                                      "--engine", "local"],
-                       capture_output=True, text=True, timeout=400, env=_env(STALLSCOPE_FLEET_FAULT=f"raise:{KILLED}"))
+                       capture_output=True, text=True, timeout=400, env=_env(STALLSCOPE_FLEET_FAULT=f"raise:{KILLED},raise:{RAISES}"))
     assert r.returncode == 0, r.stderr
-    assert "16 shards: 16 done, 0 failed, 0 already done (skipped); 16 executed on local, 1 retried" in r.stdout
+    assert "16 shards: 16 done, 0 failed, 0 already done (skipped); 16 executed on local, 2 retried" in r.stdout
     return lake
 
 
@@ -78,7 +79,8 @@ def ray_session():
 
 @pytest.fixture(scope="module")
 def ray_runs(fleet, ray_session, tmp_path_factory):
-    """Ray on a copy of the fleet with a corrupt file, one worker killed; then the file removed and a re-run."""
+    """Ray on a copy of the fleet with a corrupt file, one worker killed, one attempt raising; then the file
+    removed and a re-run."""
     from stallscope.fleet.execute import RunOptions, run_fleet
 
     src, _ = fleet
@@ -89,7 +91,7 @@ def ray_runs(fleet, ray_session, tmp_path_factory):
     bad = src2 / "r005" / "run-00" / "bench_serve-retry.json"
     bad.write_bytes(bench[: len(bench) // 3])
     lake = work / "ray"
-    opts = RunOptions(slo=SLO, fault=f"kill:{KILLED}")
+    opts = RunOptions(slo=SLO, fault=f"kill:{KILLED},raise:{RAISES}")
     first = run_fleet(str(src2), str(lake), opts, engine="ray", window="10m", retries=2)
     ledger_first = _ledger(lake)
     bad.unlink()
@@ -194,8 +196,10 @@ def test_faults_cost_only_their_shard_and_a_rerun_does_only_what_is_missing(ray_
     status, attempts, error, engine = ledger[CORRUPT]
     assert status == "failed" and attempts == 1 and engine == "ray"
     assert "bench_serve-retry.json: truncated or invalid JSON" in error and "\n" not in error
-    assert ledger[KILLED][:3] == ("done", 2, None)
-    assert all(v[0] == "done" and v[1] == 1 for k, v in ledger.items() if k not in (CORRUPT, KILLED))
+    assert ledger[KILLED][:3] == ("done", 2, None)   # worker death: Ray's max_retries
+    assert ledger[RAISES][:3] == ("done", 2, None)   # an exception: Ray's retry_exceptions
+    assert first.retried == 2
+    assert all(v[0] == "done" and v[1] == 1 for k, v in ledger.items() if k not in (CORRUPT, KILLED, RAISES))
     assert (second.planned, second.skipped, second.executed, second.done, second.failed) == (16, 15, 1, 1, 0)
     assert _ledger(lake)[CORRUPT][:3] == ("done", 1, None)
 

@@ -244,3 +244,42 @@ def test_an_object_store_source_through_fsspec_with_windows(tmp_path):
     paths = sorted(p for (p,) in con.sql(f"SELECT path FROM {lk.scan(lake, 'sources')}").fetchall())
     assert paths == [f"memory://{root}/r000/run-0{k}/{n}" for k in (0, 1) for n in ("bench_serve.json",
                                                                                    "vllm_server.log")]
+
+
+def test_retries_exhausted_is_recorded_with_its_reason(tmp_path):
+    """An unexpected error on every allowed attempt (here --retries 0): the shard is failed with the error's one
+    line and its attempts; the run itself succeeds."""
+    from stallscope.fleet.execute import RunOptions, run_fleet
+    from stallscope.simulate import artifacts
+    from stallscope.simulate.runner import RunSpec, execute
+
+    run = execute(RunSpec(duration_s=1.0, rate=4.0, seed=5, output_len="16", prompt_len="64"))
+    artifacts.write_all(run, tmp_path / "src" / "only", only=("bench",))
+    lake = str(tmp_path / "lake")
+    s = run_fleet(str(tmp_path / "src"), lake, RunOptions(fault="raise:default~only~all"), retries=0)
+    assert (s.done, s.failed) == (0, 1)
+    (row,) = lk.Lake(lake).ledger().to_pylist()
+    assert (row["status"], row["attempts"]) == ("failed", 1)
+    assert row["error"] == "RuntimeError: injected fault in default~only~all (after 1 attempts)"
+
+
+def test_a_rerun_reads_only_new_or_changed_files(tmp_path, monkeypatch):
+    import os
+
+    from stallscope.fleet import shards as sh
+    from stallscope.fleet.execute import RunOptions, plan_source
+
+    src = _tree(tmp_path / "src", {"a/x.log": "1", "a/y.json": "2", "b/x.log": "3"})
+    lake = lk.Lake(str(tmp_path / "lake"))
+    first = {s.shard_id: s.content_hash for s in plan_source(str(src), lake, RunOptions())}
+    read = []
+    real = sh.sha256_of
+    monkeypatch.setattr(sh, "sha256_of", lambda fs, p: read.append(p.rsplit("/src/", 1)[1]) or real(fs, p))
+    assert {s.shard_id: s.content_hash for s in plan_source(str(src), lake, RunOptions())} == first
+    assert read == []
+    (src / "a" / "y.json").write_text("changed")
+    st = (src / "a" / "y.json").stat()
+    os.utime(src / "a" / "y.json", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    again = {s.shard_id: s.content_hash for s in plan_source(str(src), lake, RunOptions())}
+    assert read == ["a/y.json"]
+    assert again["default~a~all"] != first["default~a~all"] and again["default~b~all"] == first["default~b~all"]

@@ -10,7 +10,8 @@ Attempts are counted by a tiny Ray actor (a task cannot learn its retry number f
 
 Fault injection for tests, kept tiny: `STALLSCOPE_FLEET_FAULT=kill:SHARD_ID` makes the first attempt of that
 shard end its worker process (`os._exit`) in the middle of the task (after ingest, before analysis);
-`raise:SHARD_ID` makes its first attempt raise an unexpected error. The driver reads it and hands it to the task.
+`raise:SHARD_ID` makes its first attempt raise an unexpected error; several are joined by commas. The driver reads
+it and hands it to the tasks.
 """
 from __future__ import annotations
 
@@ -75,16 +76,17 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _fault(opts: RunOptions, shard_id: str, attempt: int, stage: str) -> None:
+def _fault(opts: RunOptions, shard_id: str, attempt: int) -> None:
     if not opts.fault or attempt != 1:
         return
-    kind, _, target = opts.fault.partition(":")
-    if target != shard_id:
-        return
-    if kind == "kill" and stage == "analyze":
-        os._exit(17)
-    if kind == "raise" and stage == "analyze":
-        raise RuntimeError(f"injected fault in {shard_id}")
+    for item in opts.fault.split(","):
+        kind, _, target = item.strip().partition(":")
+        if target != shard_id:
+            continue
+        if kind == "kill":
+            os._exit(17)
+        if kind == "raise":
+            raise RuntimeError(f"injected fault in {shard_id}")
 
 
 def _localise(shard, tmp: Path) -> tuple[list[Path], dict[str, str]]:
@@ -137,7 +139,7 @@ def run_shard(shard, opts: RunOptions, attempt: int = 1) -> ShardResult:
             for local, addr in names.items():
                 store.con.execute("UPDATE sources SET path = ? WHERE path = ?", [addr, local])
             timings["ingest_s"] = time.perf_counter() - t0
-            _fault(opts, shard.shard_id, attempt, "analyze")
+            _fault(opts, shard.shard_id, attempt)
             t0 = time.perf_counter()
             result = analyze(store.con, aopts)
             tables = shard_tables(store.con, result, shard, aopts)
@@ -274,9 +276,11 @@ class FleetRun:
 def plan_source(source: str, lake, opts: RunOptions, window: str | None = None, mapper=None):
     """The shards of SOURCE (with --window: files placed by their last instant, cached in the lake's `_files`).
     `mapper(fn, items, opts)` runs the planning ingest of the replicas that need one (the Ray engine: as tasks)."""
-    from .shards import discover, parse_duration, plan
+    from .shards import Hasher, discover, parse_duration, plan
 
-    replicas = discover(source)
+    hasher = Hasher(lake.hashes())
+    replicas = discover(source, hasher)
+    lake.write_hashes(hasher.seen)
     window_ns = parse_duration(window) if window else None
     last: dict[str, int | None] = {}
     if window_ns is not None:

@@ -5,7 +5,8 @@ Layout (every value a URL-safe string; `window` is `all` without --window, else 
 
     LAKE/<table>/pool=<pool>/replica=<replica>/window=<window>/part-0.parquet
     LAKE/_shards/shard=<shard_id>/part-0.parquet     one row per shard: its latest state
-    LAKE/_files/part-0.parquet                       first instant per file content (the --window planning cache)
+    LAKE/_files/part-0.parquet                       first/last instant per file content (the --window planning cache)
+    LAKE/_hashes/part-0.parquet                      SHA-256 per file address, size and mtime (planning's hash cache)
 
 The partition columns are not stored in the files (read them with `scan(table)`: `read_parquet(...,
 hive_partitioning = true, hive_types_autocast = false)`, so that a replica named `007` stays a string). Every
@@ -97,6 +98,9 @@ SHARDS_RUN_COLUMNS = ("started_ns", "finished_ns", "ingest_s", "analyze_s", "rec
 # `failed` when it looks like an input but cannot be loaded, `not_input`).
 FILES = pa.schema([("sha256", STR), ("first_ns", I64), ("last_ns", I64), ("role", STR)])
 
+# Planning's record of file hashes: a file whose address, size and mtime are unchanged is not read again.
+HASHES = pa.schema([("path", STR), ("size_bytes", I64), ("mtime_ns", I64), ("sha256", STR)])
+
 TABLES: dict[str, pa.Schema] = {
     "goodput": GOODPUT, "spikes": SPIKES, "culprits": CULPRITS, "requests": REQUESTS,
     "recommendations": RECOMMENDATIONS, "sources": SOURCES, "rejects": REJECTS,
@@ -158,6 +162,26 @@ class Lake:
         t = pq.read_table(p, filesystem=self.fs, schema=FILES)
         return {k: (a, b, c) for k, a, b, c in zip(t["sha256"].to_pylist(), t["first_ns"].to_pylist(),
                                                    t["last_ns"].to_pylist(), t["role"].to_pylist())}
+
+    def hashes(self) -> dict[tuple, str]:
+        from pyarrow import fs as pafs
+
+        p = self.path("_hashes", "part-0.parquet")
+        if self.fs.get_file_info(p).type != pafs.FileType.File:
+            return {}
+        t = pq.read_table(p, filesystem=self.fs, schema=HASHES)
+        return {(a, b, c): d for a, b, c, d in zip(*(t[n].to_pylist() for n in HASHES.names))}
+
+    def write_hashes(self, hashes: dict[tuple, str]) -> None:
+        """Replace the hash record by this run's files (files gone from SOURCE are forgotten)."""
+        if not hashes or hashes == self.hashes():
+            return
+        keys = list(hashes)
+        t = pa.table({"path": [k[0] for k in keys], "size_bytes": [k[1] for k in keys],
+                      "mtime_ns": [k[2] for k in keys], "sha256": [hashes[k] for k in keys]}, schema=HASHES)
+        stage = self._staging()
+        pq.write_table(t, f"{stage}/part-0.parquet", filesystem=self.fs)
+        self._replace_dir(stage, self.path("_hashes"))
 
     # -- writing ---------------------------------------------------------------------------------------------
     def _staging(self) -> str:
@@ -223,10 +247,12 @@ class Lake:
 
 # -- reading the lake with DuckDB (the rollup's entry point) --------------------------------------------------
 def scan(lake: str, table: str) -> str:
-    """A DuckDB table expression over one lake table, partition columns (pool, replica, window) as strings."""
+    """A DuckDB table expression over one lake table, partition columns (pool, replica, window) as strings.
+    (`s3://` and `gs://` lakes need DuckDB's httpfs extension: `INSTALL httpfs; LOAD httpfs;`.)"""
+    lake = str(lake).removeprefix("file://").replace("'", "''")
     if table == "_shards":
-        return (f"read_parquet('{lake.rstrip('/')}/_shards/*/*.parquet', hive_partitioning = true, "
-                "hive_types_autocast = false)")
+        # Its partition (`shard=`) repeats shard_id, which the rows hold: not added again.
+        return f"read_parquet('{lake.rstrip('/')}/_shards/*/*.parquet', hive_partitioning = false)"
     if table not in TABLES:
         raise StallscopeError(f"no lake table {table!r}; tables: {', '.join(TABLES)}, _shards")
     return (f"read_parquet('{lake.rstrip('/')}/{table}/*/*/*/*.parquet', hive_partitioning = true, "

@@ -136,8 +136,8 @@ def _hidden(rel: str) -> bool:
     return any(part.startswith(".") for part in PurePosixPath(rel).parts)
 
 
-def _list_files(fs, base: str) -> list[tuple[str, int]]:
-    """(path relative to base, size) of every non-hidden regular file under base, sorted."""
+def _list_files(fs, base: str) -> list[tuple[str, int, int | None]]:
+    """(path relative to base, size, mtime ns) of every non-hidden regular file under base, sorted."""
     from pyarrow import fs as pafs
 
     infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
@@ -147,8 +147,25 @@ def _list_files(fs, base: str) -> list[tuple[str, int]]:
             continue
         rel = i.path[len(base.rstrip("/")) + 1:]
         if not _hidden(rel):
-            out.append((rel, int(i.size or 0)))
+            out.append((rel, int(i.size or 0), i.mtime_ns))
     return sorted(out)
+
+
+class Hasher:
+    """SHA-256 of files, reusing the lake's record (`_hashes`) of files whose address, size and modification time
+    are unchanged, so that a re-run does not read (or, from an object store, download) every file again."""
+
+    def __init__(self, known: dict | None = None):
+        self.known = dict(known or {})
+        self.seen: dict[tuple, str] = {}
+
+    def __call__(self, fs, path: str, addr: str, size: int, mtime_ns: int | None) -> str:
+        key = (addr, int(size), mtime_ns)
+        digest = self.known.get(key) if mtime_ns is not None else None
+        if digest is None:
+            digest = sha256_of(fs, path)
+        self.seen[key] = digest
+        return digest
 
 
 def sha256_of(fs, path: str) -> str:
@@ -173,8 +190,9 @@ class Replica:
     remote_root: str | None = None
 
 
-def discover(source: str) -> list[Replica]:
+def discover(source: str, hasher: Hasher | None = None) -> list[Replica]:
     """The replicas of a SOURCE directory or manifest (see the module doc), with every file hashed."""
+    hasher = hasher or Hasher()
     fs, base = filesystem(source)
     from pyarrow import fs as pafs
 
@@ -182,7 +200,7 @@ def discover(source: str) -> list[Replica]:
     if info.type == pafs.FileType.NotFound:
         raise StallscopeError(f"{source}: no such file or directory")
     if info.type == pafs.FileType.File:
-        return _manifest(source, fs, base)
+        return _manifest(source, fs, base, hasher)
     uri_root = str(source).rstrip("/") if is_uri(source) else None
     replicas: list[Replica] = []
     children = [i for i in fs.get_file_info(pafs.FileSelector(base, recursive=False))
@@ -195,10 +213,10 @@ def discover(source: str) -> list[Replica]:
                                if i.type == pafs.FileType.Directory and not i.base_name.startswith((".", "_"))),
                               key=lambda i: i.base_name):
                 rep = check_name("replica", sub.base_name.removeprefix("replica="))
-                replicas.append(_replica_dir(fs, sub.path, pool, rep, f"{name}/{sub.base_name}", uri_root))
+                replicas.append(_replica_dir(fs, sub.path, pool, rep, f"{name}/{sub.base_name}", uri_root, hasher))
         else:
             rep = check_name("replica", name.removeprefix("replica="))
-            replicas.append(_replica_dir(fs, child.path, None, rep, name, uri_root))
+            replicas.append(_replica_dir(fs, child.path, None, rep, name, uri_root, hasher))
     if not replicas:
         raise StallscopeError(f"{source}: no replica directories in it (one sub-directory per replica, or "
                               "pool=NAME/replica=NAME/, or a manifest .csv/.json)")
@@ -211,22 +229,25 @@ def discover(source: str) -> list[Replica]:
     return replicas
 
 
-def _replica_dir(fs, path: str, pool: str | None, replica: str, rel: str, uri_root: str | None) -> Replica:
+def _replica_dir(fs, path: str, pool: str | None, replica: str, rel: str, uri_root: str | None,
+                 hasher: Hasher) -> Replica:
     files = _list_files(fs, path)
     if pool is None:
         pool = "default"
-        if any(f == "pool" for f, _ in files):
+        if any(f == "pool" for f, _, _ in files):
             with fs.open_input_stream(path.rstrip("/") + "/pool", compression=None) as f:
                 text = f.read().decode("utf-8", "replace").strip().splitlines()
             pool = check_name("pool", text[0] if text else "default")
-    files = [(f, size) for f, size in files if f != "pool"]
+    files = [x for x in files if x[0] != "pool"]
     addr = path if uri_root is None else f"{uri_root}/{rel}"
-    refs = [FileRef(_join(path, f, None if uri_root is None else addr), size, sha256_of(fs, f"{path}/{f}"))
-            for f, size in files]
+    refs = []
+    for f, size, mtime in files:
+        a = _join(path, f, None if uri_root is None else addr)
+        refs.append(FileRef(a, size, hasher(fs, f"{path}/{f}", a, size, mtime)))
     return Replica(pool, replica, None, [addr], refs, remote_root=addr if uri_root else None)
 
 
-def _manifest(source: str, fs, base: str) -> list[Replica]:
+def _manifest(source: str, fs, base: str, hasher: Hasher) -> list[Replica]:
     with fs.open_input_stream(base, compression=None) as f:
         raw = f.read().decode("utf-8", "replace")
     rows: list[dict] = []
@@ -274,10 +295,12 @@ def _manifest(source: str, fs, base: str) -> list[Replica]:
             if is_uri(addr):
                 rec.remote_root = rec.remote_root or addr.rsplit("/", 1)[0]
             if inf.type == pafs.FileType.Directory:
-                for rel, size in _list_files(ffs, fpath):
-                    rec.files.append(FileRef(addr.rstrip("/") + "/" + rel, size, sha256_of(ffs, f"{fpath}/{rel}")))
+                for rel, size, mtime in _list_files(ffs, fpath):
+                    a = addr.rstrip("/") + "/" + rel
+                    rec.files.append(FileRef(a, size, hasher(ffs, f"{fpath}/{rel}", a, size, mtime)))
             else:
-                rec.files.append(FileRef(addr, int(inf.size or 0), sha256_of(ffs, fpath)))
+                size = int(inf.size or 0)
+                rec.files.append(FileRef(addr, size, hasher(ffs, fpath, addr, size, inf.mtime_ns)))
             rec.inputs.append(addr)
     return list(merged.values())
 
