@@ -91,7 +91,7 @@ def _remote_table(con, root: str, table: str, schema, parts: tuple[str, ...]) ->
                    if i.type == pafs.FileType.File and i.path.endswith(".parquet"))
     if not files:
         return None, 0
-    hive = ds.partitioning(pa.schema([pa.field(p, pa.string()) for p in parts]), flavor="hive")
+    hive = ds.partitioning(pa.schema([pa.field(p, pa.string()) for p in parts]), flavor="hive") if parts else None
     full = pa.schema(list(schema) + [pa.field(p, pa.string()) for p in parts if p not in schema.names])
     name = f"_ds_{table.strip('_')}"
     con.register(name, ds.dataset(files, schema=full, filesystem=fs, format="parquet", partitioning=hive,
@@ -119,7 +119,7 @@ def open_lake(lake) -> Lake:
 
     found: dict[str, int] = {}
     try:
-        expr, found["_shards"] = table_expr("_shards", lk.SHARDS, ("shard",))
+        expr, found["_shards"] = table_expr("_shards", lk.SHARDS, ())  # shard= repeats shard_id
         if expr is None:
             raise StallscopeError(f"{root} is not a stallscope lake (no _shards table): "
                                   "write one with `stallscope fleet run SOURCE --out LAKE`")
