@@ -11,8 +11,8 @@ def report_cmd(
         out: Path = typer.Option(Path("stallscope-fleet-report"), "--out",
                                  help="Folder for report.md, report.html, fleet.json and the figures."),
         top: int = typer.Option(20, "--top", help="Replicas and stall events to list.")):
-    """The fleet rollup: goodput and lost goodput per fleet, pool and replica, the worst stalls, chunk budgets that
-    their own data says are wrong, failed shards; as a terminal summary, report.md, report.html and fleet.json."""
+    """The fleet rollup: goodput and lost goodput per fleet, pool and replica, the worst stalls, pools whose chunk
+    budget differs from their own data's recommendation, failed shards; terminal, report.md/.html, fleet.json."""
     from .report import build, summary
 
     summary(build(lake, out, top=top))
