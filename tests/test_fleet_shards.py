@@ -283,3 +283,13 @@ def test_a_rerun_reads_only_new_or_changed_files(tmp_path, monkeypatch):
     again = {s.shard_id: s.content_hash for s in plan_source(str(src), lake, RunOptions())}
     assert read == ["a/y.json"]
     assert again["default~a~all"] != first["default~a~all"] and again["default~b~all"] == first["default~b~all"]
+
+
+def test_docs_name_every_lake_column():
+    """docs/fleet.md documents every declared column of every lake table (the rollup reads by those names)."""
+    from conftest import ROOT
+
+    text = (ROOT / "docs" / "fleet.md").read_text()
+    missing = [f"{name}.{c}" for name, schema in [*lk.TABLES.items(), ("_shards", lk.SHARDS)]
+               for c in schema.names if f"`{c}`" not in text]
+    assert not missing, missing

@@ -32,7 +32,7 @@ import hashlib
 import io
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
@@ -61,14 +61,11 @@ class Shard:
     window_start_ns: int | None = None
     window_end_ns: int | None = None
     content_hash: str = ""
-    remote_root: str | None = field(default=None, compare=False)  # the replica's root for remote inputs
 
     @property
     def shard_id(self) -> str:
         return shard_id(self.pool, self.replica, self.window)
 
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def shard_id(pool: str, replica: str, window: str) -> str:
@@ -187,7 +184,6 @@ class Replica:
     window: str | None        # set by a manifest row; None = cut by --window (or `all`)
     inputs: list[str]         # directories and/or files, as addresses (local paths or URIs)
     files: list[FileRef]
-    remote_root: str | None = None
 
 
 def discover(source: str, hasher: Hasher | None = None) -> list[Replica]:
@@ -244,7 +240,7 @@ def _replica_dir(fs, path: str, pool: str | None, replica: str, rel: str, uri_ro
     for f, size, mtime in files:
         a = _join(path, f, None if uri_root is None else addr)
         refs.append(FileRef(a, size, hasher(fs, f"{path}/{f}", a, size, mtime)))
-    return Replica(pool, replica, None, [addr], refs, remote_root=addr if uri_root else None)
+    return Replica(pool, replica, None, [addr], refs)
 
 
 def _manifest(source: str, fs, base: str, hasher: Hasher) -> list[Replica]:
@@ -292,8 +288,6 @@ def _manifest(source: str, fs, base: str, hasher: Hasher) -> list[Replica]:
             inf = ffs.get_file_info(fpath)
             if inf.type == pafs.FileType.NotFound:
                 raise StallscopeError(f"{source}: row {n} ({rep}): {p}: no such file or directory")
-            if is_uri(addr):
-                rec.remote_root = rec.remote_root or addr.rsplit("/", 1)[0]
             if inf.type == pafs.FileType.Directory:
                 for rel, size, mtime in _list_files(ffs, fpath):
                     a = addr.rstrip("/") + "/" + rel
@@ -324,7 +318,7 @@ def plan(replicas: list[Replica], options: dict, window_ns: int | None = None,
         if r.window is not None or window_ns is None:
             window = r.window or ALL
             shards.append(Shard(r.pool, r.replica, window, tuple(r.inputs), tuple(r.files),
-                                content_hash=content_hash(r.files, options), remote_root=r.remote_root))
+                                content_hash=content_hash(r.files, options)))
             continue
         # Files that are inputs map to their last instant; the others (a README, a truth.json) belong to no window.
         last_ns = last_ns or {}
@@ -332,7 +326,7 @@ def plan(replicas: list[Replica], options: dict, window_ns: int | None = None,
         known = [last_ns[f.sha256] for f in inputs if last_ns[f.sha256] is not None]
         if not known:  # nothing in it carries a time: one shard, not cut
             shards.append(Shard(r.pool, r.replica, ALL, tuple(r.inputs), tuple(r.files),
-                                content_hash=content_hash(r.files, options), remote_root=r.remote_root))
+                                content_hash=content_hash(r.files, options)))
             continue
         earliest = min(known) // window_ns * window_ns
         by_window: dict[int, list[FileRef]] = {}
@@ -342,8 +336,7 @@ def plan(replicas: list[Replica], options: dict, window_ns: int | None = None,
         for start, files in sorted(by_window.items()):
             shards.append(Shard(r.pool, r.replica, window_label(start), tuple(f.path for f in files),
                                 tuple(files), start, start + window_ns,
-                                content_hash=content_hash(files, options),
-                                remote_root=r.remote_root))
+                                content_hash=content_hash(files, options)))
     ids = [s.shard_id for s in shards]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
