@@ -61,11 +61,17 @@ def parse(name: str, text: str) -> QueryDef:
     return QueryDef(name, m.group(1).lower(), " ".join(doc).strip(), text, depends, params, cols)
 
 
-def all_queries() -> dict[str, QueryDef]:
-    """Every query shipped in stallscope.queries, keyed by name."""
+# The fleet rollup's queries (`fleet_*.sql`) read a Parquet lake through `lake_<table>` views, not a store: they
+# are installed only on a lake connection (stallscope.fleet.rollup), never by `install`.
+FLEET_PREFIX = "fleet_"
+
+
+def all_queries(*, fleet: bool = False) -> dict[str, QueryDef]:
+    """Every query shipped in stallscope.queries, keyed by name: the store's analyses, or (fleet=True) the fleet
+    rollup's `fleet_*` views over a lake."""
     out = {}
     for f in sorted(resources.files("stallscope.queries").iterdir(), key=lambda p: p.name):
-        if f.name.endswith(".sql"):
+        if f.name.endswith(".sql") and f.name.startswith(FLEET_PREFIX) == fleet:
             name = f.name[:-4]
             out[name] = parse(name, f.read_text())
     return out
@@ -120,9 +126,14 @@ def install(con, **params) -> dict[str, QueryDef]:
     """Create every view and macro on `con` (idempotent) and return their definitions."""
     set_params(con, **params)
     qs = all_queries()
+    create(con, qs)
+    return qs
+
+
+def create(con, qs: dict[str, QueryDef]) -> None:
+    """Create the given views and macros on `con`, each after the ones it depends on."""
     for q in _order(qs):
         con.execute(q.sql)
-    return qs
 
 
 def materialise(con, names) -> None:
