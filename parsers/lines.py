@@ -78,20 +78,24 @@ def prefetch(frames: Iterator, depth: int = 2) -> Iterator:
     done = object()
     stop = threading.Event()
 
+    def put(item) -> bool:
+        # Never block for good: the consumer may have stopped (an error while parsing) with the queue full.
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce():
         try:
             for f in frames:
-                while not stop.is_set():
-                    try:
-                        q.put(f, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not put(f):
                     return
-            q.put(done)
+            put(done)
         except BaseException as e:  # handed to the consumer, which raises it in the parser's thread
-            q.put(e)
+            put(e)
 
     t = threading.Thread(target=produce, name="log-reader", daemon=True)
     t.start()
