@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 import numpy as np
@@ -110,3 +112,22 @@ def prefetch(frames: Iterator, depth: int = 2) -> Iterator:
     finally:
         stop.set()
         t.join()
+
+
+def ordered_map(fn, items, workers: int = 2, ahead: int | None = None) -> Iterator:
+    """`fn` over `items` on a pool of threads, results in input order. Polars, numpy and Arrow release the GIL, so
+    frames of one file are worked on both cores at once while the caller applies finished ones in order (its
+    running state: times carried forward, running indexes, writes). At most `ahead` results wait in memory."""
+    ahead = max(1, ahead or workers)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-work") as ex:
+        pending: deque = deque()
+        try:
+            for it in items:
+                pending.append(ex.submit(fn, it))
+                if len(pending) > ahead:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()
