@@ -6,6 +6,7 @@ their 1-based physical line numbers. Invalid UTF-8 is decoded with U+FFFD replac
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections import deque
@@ -114,10 +115,22 @@ def prefetch(frames: Iterator, depth: int = 2) -> Iterator:
         t.join()
 
 
-def ordered_map(fn, items, workers: int = 2, ahead: int | None = None) -> Iterator:
+def log_workers() -> int:
+    """Threads that work on a log's frames at once: STALLSCOPE_LOG_WORKERS (0: in the parser's own thread), else 2."""
+    try:
+        return max(0, int(os.environ.get("STALLSCOPE_LOG_WORKERS", "2")))
+    except ValueError:
+        return 2
+
+
+def ordered_map(fn, items, workers: int | None = None, ahead: int | None = None) -> Iterator:
     """`fn` over `items` on a pool of threads, results in input order. Polars, numpy and Arrow release the GIL, so
     frames of one file are worked on both cores at once while the caller applies finished ones in order (its
     running state: times carried forward, running indexes, writes). At most `ahead` results wait in memory."""
+    workers = log_workers() if workers is None else workers
+    if workers == 0:
+        yield from map(fn, items)
+        return
     ahead = max(1, ahead or workers)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-work") as ex:
         pending: deque = deque()

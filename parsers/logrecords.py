@@ -169,8 +169,7 @@ class Deferred:
 
     def write_rejects(self, data) -> int:
         if data.num_rows:
-            self.ops.append(("rejects", None, data))
-            self.counts.rejected += data.num_rows
+            self.ops.append(("rejects", None, data))  # counted when replayed
         return data.num_rows
 
     def replay(self, ctx: ParseContext, out=None, patch: Callable | None = None) -> None:
@@ -180,7 +179,6 @@ class Deferred:
         for op, table, data in self.ops:
             if op == "rejects":
                 ctx.write_rejects(data)
-                ctx.counts.rejected -= data.num_rows  # counted below with the rest
             else:
                 out.write(table, patch(table, data) if patch else data)
         ctx.counts.parsed += self.counts.parsed
