@@ -25,7 +25,7 @@ from stallscope.errors import InputError
 from . import prefixes as X
 from . import vllm_log_patterns as P
 from .base import ParseContext, Parser, file_mtime_ns
-from .lines import iter_line_frames, prefetch as _prefetch
+from .lines import iter_line_frames, ordered_map, prefetch as _prefetch
 from .logrecords import dedup_note
 from .logtime import Local, WallClock, check_zone, choose_year, full_date_ns
 from .vllm_log_config import ConfigCollector
@@ -150,7 +150,9 @@ class _Run:
 
     def _run(self) -> None:
         ctx = self.ctx
-        frames = _prefetch(iter_line_frames(ctx.input))
+        # Each frame's lines are classified (envelope, ANSI, torn records: per line, no state) by two threads at
+        # once, ahead of the records being read here in file order.
+        frames = ordered_map(_classify, _prefetch(iter_line_frames(ctx.input)))
         carry: pl.DataFrame | None = None
         held = next(frames, None)
         if held is None:
@@ -167,16 +169,13 @@ class _Run:
     def _frame(self, frame: pl.DataFrame, last: bool) -> pl.DataFrame | None:
         if frame.height == 0:
             return None
-        df = _patch(frame, frame["text"].str.contains("\x1b", literal=True), "text",
-                    c("text").str.replace_all(P.ANSI.regex, ""))
-        df = _envelope(df)
-        df = self._recover_torn(df)
+        df = frame  # classified by `_classify`
 
         carry = None
         if not last:
             cut = self._cut_index(df)
             if cut > 0:
-                carry = frame.slice(cut)
+                carry = df.slice(cut)
                 df = df.slice(0, cut)
         if last and self.ctx.input.cut_error:
             df = df.with_columns(pl.when(pl.int_range(pl.len()) == pl.len() - 1).then(pl.lit("cut"))
@@ -186,7 +185,8 @@ class _Run:
         self._process(df)
         return carry
 
-    def _recover_torn(self, df: pl.DataFrame) -> pl.DataFrame:
+    @staticmethod
+    def _recover_torn(df: pl.DataFrame) -> pl.DataFrame:
         """A record glued behind torn output (`…NCCL INFO Connected all tre(RayWorkerWrapper pid=643) INFO 04-14 …`,
         `host:633:INFO 04-20 …`) keeps its envelope and becomes a record; the torn text before it is dropped."""
         other = (df["kind"] == "other").arg_true()
@@ -731,6 +731,17 @@ class _Run:
 
 
 # -- frame-level classification (pure functions of the frame) --------------------------------------------------
+
+def _classify(frame: pl.DataFrame) -> pl.DataFrame:
+    """A frame's lines without ANSI codes, with their envelope (`_envelope`) and torn records recovered: each line on
+    its own, so frames are classified in any order and a carried tail joins the next frame as it is."""
+    if frame.height == 0:
+        return frame
+    df = _patch(frame, frame["text"].str.contains("\x1b", literal=True), "text",
+                c("text").str.replace_all(P.ANSI.regex, ""))
+    return _Run._recover_torn(_envelope(df))
+
+
 
 def _noise(df: pl.DataFrame) -> pl.Series:
     """Known-noise category of each line without an envelope (NULL for records and for unknown lines)."""
