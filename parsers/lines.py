@@ -6,8 +6,11 @@ their 1-based physical line numbers. Invalid UTF-8 is decoded with U+FFFD replac
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 import numpy as np
@@ -78,20 +81,24 @@ def prefetch(frames: Iterator, depth: int = 2) -> Iterator:
     done = object()
     stop = threading.Event()
 
+    def put(item) -> bool:
+        # Never block for good: the consumer may have stopped (an error while parsing) with the queue full.
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce():
         try:
             for f in frames:
-                while not stop.is_set():
-                    try:
-                        q.put(f, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not put(f):
                     return
-            q.put(done)
+            put(done)
         except BaseException as e:  # handed to the consumer, which raises it in the parser's thread
-            q.put(e)
+            put(e)
 
     t = threading.Thread(target=produce, name="log-reader", daemon=True)
     t.start()
@@ -106,3 +113,34 @@ def prefetch(frames: Iterator, depth: int = 2) -> Iterator:
     finally:
         stop.set()
         t.join()
+
+
+def log_workers() -> int:
+    """Threads that work on a log's frames at once: STALLSCOPE_LOG_WORKERS (0: in the parser's own thread), else 2."""
+    try:
+        return max(0, int(os.environ.get("STALLSCOPE_LOG_WORKERS", "2")))
+    except ValueError:
+        return 2
+
+
+def ordered_map(fn, items, workers: int | None = None, ahead: int | None = None) -> Iterator:
+    """`fn` over `items` on a pool of threads, results in input order. Polars, numpy and Arrow release the GIL, so
+    frames of one file are worked on both cores at once while the caller applies finished ones in order (its
+    running state: times carried forward, running indexes, writes). At most `ahead` results wait in memory."""
+    workers = log_workers() if workers is None else workers
+    if workers == 0:
+        yield from map(fn, items)
+        return
+    ahead = max(1, ahead or workers)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-work") as ex:
+        pending: deque = deque()
+        try:
+            for it in items:
+                pending.append(ex.submit(fn, it))
+                if len(pending) > ahead:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for f in pending:
+                f.cancel()

@@ -146,6 +146,47 @@ class BufferedWrites:
             self._flush(table)
 
 
+class Deferred:
+    """A stand-in parse context for a worker thread: what a frame's functions write (rows, rejects), note and count
+    is recorded, and `replay` hands it to the real context later, in file order. Everything else (options, input)
+    is the real context's, read-only."""
+
+    def __init__(self, ctx: ParseContext):
+        from .base import Counts
+        self._ctx = ctx
+        self.counts = Counts()
+        self.notes: list[str] = []
+        self.ops: list[tuple[str, str | None, object]] = []
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    def write(self, table: str, data) -> int:
+        n = data.height if isinstance(data, pl.DataFrame) else data.num_rows
+        if n:
+            self.ops.append(("write", table, data))
+        return n
+
+    def write_rejects(self, data) -> int:
+        if data.num_rows:
+            self.ops.append(("rejects", None, data))  # counted when replayed
+        return data.num_rows
+
+    def replay(self, ctx: ParseContext, out=None, patch: Callable | None = None) -> None:
+        """Writes go to `out` (a BufferedWrites, else `ctx`), rejects to `ctx` (as they would have); `patch(table,
+        frame)` may add the running state (a request index offset) first. Counts and notes are added."""
+        out = out or ctx
+        for op, table, data in self.ops:
+            if op == "rejects":
+                ctx.write_rejects(data)
+            else:
+                out.write(table, patch(table, data) if patch else data)
+        ctx.counts.parsed += self.counts.parsed
+        ctx.counts.skipped += self.counts.skipped
+        ctx.counts.rejected += self.counts.rejected
+        ctx.notes.extend(self.notes)
+
+
 class RecordSplitter:
     """Cuts a stream of line frames into whole records.
 

@@ -30,7 +30,8 @@ from .base import InputFile, ParseContext, Parser
 from .logtime import check_zone, full_date_ns
 from .prefixes import unwrap_text
 from .patterns import Pattern, Sample
-from .logrecords import (ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
+from .lines import ordered_map
+from .logrecords import (Deferred, ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
                          note_rows, record_frames, BufferedWrites, span_of_times, with_body, write_config)
 
 VERSION = "1.0"
@@ -740,6 +741,20 @@ def _anchor_time_only(ctx: ParseContext, st: _State) -> str:
             f"counted in file order; local time read as {tz}; 1 s resolution")
 
 
+def _work(ctx: ParseContext, tz: str, lines: pl.DataFrame, recs: pl.DataFrame) -> tuple[Deferred, _State]:
+    """One frame's rows, written to a `Deferred` context, with a state of its own (request index from 0, its config
+    rows and reject counts), merged in file order by the parser."""
+    d, st = Deferred(ctx), _State(tz)
+    tq = recs.filter(pl.col("cat") == "tqdm")
+    d.counts.skipped += int(tq["line_count"].sum()) if tq.height else 0
+    d.counts.parsed += _batches(d, lines, recs, st)
+    d.counts.parsed += _access(d, recs)
+    rest = _finish(d, recs, st)
+    rest = _config(d, rest, st)
+    d.counts.parsed += _events(d, rest)
+    return d, st
+
+
 class SglangLogParser(Parser):
     name = "sglang_log"
     version = VERSION
@@ -752,15 +767,23 @@ class SglangLogParser(Parser):
     def parse(self, ctx: ParseContext, fmt: str) -> None:
         st = _State(check_zone(ctx.options.tz))
         out = BufferedWrites(ctx)
-        for lines, recs in record_frames(ctx, _flag, _prepare):
-            recs = _times(recs, st)
-            tq = recs.filter(pl.col("cat") == "tqdm")
-            ctx.counts.skipped += int(tq["line_count"].sum()) if tq.height else 0
-            ctx.counts.parsed += _batches(out, lines, recs, st)
-            ctx.counts.parsed += _access(out, recs)
-            rest = _finish(out, recs, st)
-            rest = _config(out, rest, st)
-            ctx.counts.parsed += _events(out, rest)
+        # Times carry from frame to frame (forward fill, midnight roll-overs): read here, in file order. The rest of
+        # a frame's work is pure (`_work`, two frames at once on two threads); its rows are written here in order.
+        def timed():
+            for lines, recs in record_frames(ctx, _flag, _prepare):
+                yield lines, _times(recs, st)
+
+        def work(item):
+            return _work(ctx, st.tz, *item)
+
+        for d, fst in ordered_map(work, timed()):
+            base = st.req_index
+            d.replay(ctx, out, lambda t, df: df.with_columns((pl.col("request_index") + base).cast(pl.Int32))
+                     if t == "requests" else df)
+            st.req_index += fst.req_index
+            st.config.extend(fst.config)
+            st.rejected_batches += fst.rejected_batches
+            st.debris_lines += fst.debris_lines
         out.flush()
         write_config(ctx, st.config, CONFIG_ALIASES, "sglang")
         if st.rel_first is not None:

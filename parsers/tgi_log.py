@@ -23,7 +23,8 @@ import polars as pl
 
 from .base import InputFile, ParseContext, Parser
 from .logrecords import (ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
-                         note_rows, record_frames, BufferedWrites, reject_records, span_of_times, with_body, write_config)
+                         note_rows, record_frames, BufferedWrites, span_of_times, with_body, write_config)
+from .lines import ordered_map
 from .patterns import Pattern, Sample
 from .prefixes import unwrap_text
 
@@ -449,10 +450,49 @@ def _args_pairs(rec: pl.DataFrame, origin: str) -> tuple[pl.DataFrame, pl.DataFr
     return config_rows(kv), summary
 
 
-def _emit(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> None:
-    """Write the records of one block: requests, request events, config, log events."""
+def _work(item: tuple[pl.DataFrame, pl.DataFrame]) -> dict:
+    """Everything one frame's records give, computed without the parse's running state (so frames are worked on in
+    parallel): `_apply` adds that state (the time carried from the previous frame, the running request index) and
+    writes, in file order."""
+    lines, recs = item
+    recs, bad = _normalise(recs)
+    plan: dict = {"bad": None}
+    if bad.height:
+        salv = _salvage_json(bad)
+        args = salv.filter(pl.col("msg").str.starts_with("Args {").fill_null(False))
+        cut_args = _args_pairs(args, "Args (cut JSON record)") if args.height else None
+        lost = bad.filter(~pl.col("gid").is_in(args["gid"].implode()))
+        rej = lines.filter(pl.col("gid").is_in(lost["gid"].implode())).select(
+            "line_no", pl.concat_str([
+                pl.lit("JSON record that does not parse (cut off or corrupt), starting at line "),
+                pl.col("gid").replace_strict(lost["gid"], lost["line_no"].cast(pl.String), default="?")]).alias("reason"),
+            pl.col("t").alias("raw"))
+        plan["bad"] = (cut_args, int(args["line_count"].sum()) if args.height else 0, rej)
+    plan["emit"] = _compute(recs)
+    plan["parsed"] = int(recs["line_count"].sum()) if recs.height else 0
+    return plan
+
+
+def _apply(ctx: ParseContext, out, plan: dict, st: _State) -> None:
+    if plan["bad"] is not None:
+        cut_args, n_args, rej = plan["bad"]
+        if cut_args is not None:
+            rows, summary = cut_args
+            st.config.append(rows)
+            note_rows(ctx, summary, lambda r: f"line {r['line_no']}: JSON record cut off; kept "
+                      f"{r['len'] or 0} complete Args fields from its message")
+            ctx.counts.parsed += n_args
+        if rej.height:
+            ctx.write_rejects(rej.to_arrow())
+    _emit(out, plan["emit"], st)
+    ctx.counts.parsed += plan["parsed"]
+
+
+def _compute(recs: pl.DataFrame) -> dict | None:
+    """The rows of one frame's records: requests, request events, config, log events (`_emit` writes them)."""
     if recs.height == 0:
-        return
+        return None
+    plan: dict = {}
     msg, lvl, fields, spans = pl.col("msg"), pl.col("level"), pl.col("fields"), pl.col("spans")
     first_span = spans.str.extract(P_FIRST_SPAN.regex, 1)
     recs = recs.with_columns(
@@ -464,17 +504,15 @@ def _emit(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> None:
         msg.str.contains(P_RADIX.regex).fill_null(False).alias("is_radix"),
         msg.str.starts_with("Args {").fill_null(False).alias("is_args"),
     )
-    ts_ff = pl.col("ts_ns").forward_fill()
-    if st.last_ts is not None:
-        ts_ff = ts_ff.fill_null(st.last_ts)
-    recs = recs.with_columns(ts_ff.alias("ts_ff"))
-    last = recs["ts_ff"].drop_nulls()
-    if last.len():
-        st.last_ts = int(last[-1])
-    st.timed += int(recs["ts_ns"].is_not_null().sum())
+    # Forward-filled within the frame; the leading NULLs get the previous frame's last time in `_emit`.
+    recs = recs.with_columns(pl.col("ts_ns").forward_fill().alias("ts_ff"))
+    last = recs["ts_ns"].drop_nulls()
+    plan["last_ts"] = int(last[-1]) if last.len() else None
+    plan["timed"] = last.len()
 
     # -- requests: Success, a Success cut before its message, request-level errors ------------------------------
     req = recs.filter(pl.col("is_success") | pl.col("is_cut") | pl.col("is_req_error"))
+    plan["requests"] = None
     if req.height:
         durs = {k: _duration_ns(fields, k).alias(k) for k in DURATION_KEYS}
         req = req.with_columns(_params(req))
@@ -491,7 +529,7 @@ def _emit(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> None:
         rid = pl.coalesce(pl.col("trace_id"), pl.lit("L") + pl.col("line_no").cast(pl.String))
         out = req.select(
             pl.col("line_no"), rid.alias("request_id"),
-            (pl.int_range(pl.len()) + st.req_index).cast(pl.Int32).alias("request_index"),
+            pl.int_range(pl.len()).cast(pl.Int32).alias("request_index"),  # + the running index, in `_emit`
             rid.alias("server_request_id"), pl.lit("tgi").alias("engine"), pl.lit("server").alias("kind"),
             arrival.alias("arrival_ns"), finish.alias("finish_ns"),
             (arrival + pl.col("validation_time") + pl.col("queue_time")).alias("scheduled_ns"),
@@ -506,34 +544,27 @@ def _emit(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> None:
             pl.coalesce(pl.col("hspan"), pl.col("first_span")).alias("endpoint"),
             pl.col("params"), pl.col("seed"),
         )
-        ctx.write("requests", out)
-        st.req_index += out.height
         ev = out.filter(pl.col("status").is_not_null()).select(
             "line_no", "request_id",
             pl.when(pl.col("status") == "ok").then(pl.lit("success")).otherwise(pl.lit("error")).alias("event"),
             pl.col("finish_ns").alias("ts_ns"), pl.col("error").alias("detail"))
-        ctx.write("request_events", ev)
-        note_rows(ctx, req.filter(pl.col("is_cut")).select("line_no", *DURATION_KEYS), lambda r: (
-            f"line {r['line_no']}: Success record cut off before its message; kept "
-            f"{', '.join(k for k in DURATION_KEYS if r[k] is not None) or 'no timing'} (status NULL)"))
+        plan["requests"] = (out, ev, req.filter(pl.col("is_cut")).select("line_no", *DURATION_KEYS))
 
     # -- radix prefix-cache admissions ----------------------------------------------------------------------------
     rad = recs.filter(pl.col("is_radix"))
+    plan["radix"] = None
     if rad.height:
         m = msg.str.extract_groups(P_RADIX.regex)
-        ctx.write("request_events", rad.select(
+        plan["radix"] = rad.select(
             "line_no", pl.lit(None, pl.String).alias("request_id"), pl.lit("prefix_match").alias("event"),
             pl.col("ts_ff").alias("ts_ns"),
             pl.concat_str([pl.lit("prefix="), m.struct.field("prefix"), pl.lit(" suffix="),
-                           m.struct.field("suffix")]).alias("detail")))
+                           m.struct.field("suffix")]).alias("detail"))
 
     # -- configuration ----------------------------------------------------------------------------------------------
     args = recs.filter(pl.col("is_args"))
-    if args.height:
-        rows, summary = _args_pairs(args, "Args")
-        st.config.append(rows)
-        note_rows(ctx, summary.filter(~pl.col("complete")),
-                  lambda r: f"line {r['line_no']}: Args record cut off; kept its {r['len'] or 0} complete fields")
+    plan["args"] = _args_pairs(args, "Args") if args.height else None
+    config = []
     cfg_hit = pl.lit(False)
     for key, pat in CONFIG_LINES:
         hit = msg.str.contains(pat.regex).fill_null(False)
@@ -541,17 +572,19 @@ def _emit(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> None:
         got = recs.filter(hit)
         if got.height:
             m = msg.str.extract_groups(pat.regex)
-            st.config.append(config_rows(got.select(
+            config.append(config_rows(got.select(
                 "line_no", pl.lit(key).alias("key"), m.struct.field("v").alias("value"),
                 pl.lit(pat.name).alias("origin"))))
             if "attention" in pat.regex:
-                st.config.append(config_rows(got.select(
+                config.append(config_rows(got.select(
                     "line_no", pl.lit("attention").alias("key"), m.struct.field("attention").alias("value"),
                     pl.lit(pat.name).alias("origin"))))
+    plan["config"] = config
 
     # -- everything else (and request errors, which are errors too) → log_events -----------------------------------
     ev = recs.filter(~(pl.col("is_success") | pl.col("is_cut") | pl.col("is_radix") | pl.col("is_args") | cfg_hit)
                      | pl.col("is_req_error"))
+    plan["events"] = None
     if ev.height:
         tb = looks_like_traceback(msg).fill_null(False)
         bm = spans.str.extract_groups(P_BATCH.regex)
@@ -559,7 +592,7 @@ def _emit(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> None:
         kind = (pl.when(tb).then(pl.lit("traceback")).when(lvl == "ERROR").then(pl.lit("error"))
                 .when(lvl == "WARN").then(pl.lit("warning")).otherwise(pl.lit("message")))
         ev = ev.with_columns(wrap_names(ev["wrap"]))
-        ctx.write("log_events", ev.select(
+        plan["events"] = ev.select(
             "line_no", pl.col("line_count").cast(pl.Int32), pl.col("ts_ff").alias("ts_ns"), level.alias("level"),
             "process",
             kind.alias("kind"), event_message(msg.fill_null(""), tb).alias("message"), pl.col("target"),
@@ -569,7 +602,41 @@ def _emit(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> None:
             pl.coalesce(bm.struct.field("size"), pl.when(bm.struct.field("kind").is_not_null())
                         .then(fields.str.extract(r"\"batch_size\":(\d+)", 1)))
             .cast(pl.Int32, strict=False).alias("batch_size"),
-        ))
+        )
+    return plan
+
+
+def _emit(ctx: ParseContext, plan: dict | None, st: _State) -> None:
+    """Write one frame's rows (`_compute`) in file order, with the running state applied."""
+    if plan is None:
+        return
+    prev_ts = st.last_ts
+    if plan["last_ts"] is not None:
+        st.last_ts = plan["last_ts"]
+    st.timed += plan["timed"]
+
+    def carried(df: pl.DataFrame) -> pl.DataFrame:
+        return df if prev_ts is None else df.with_columns(pl.col("ts_ns").fill_null(prev_ts))
+
+    if plan["requests"] is not None:
+        out, ev, cut = plan["requests"]
+        out = out.with_columns((pl.col("request_index") + st.req_index).cast(pl.Int32))
+        ctx.write("requests", out)
+        st.req_index += out.height
+        ctx.write("request_events", ev)
+        note_rows(ctx, cut, lambda r: (
+            f"line {r['line_no']}: Success record cut off before its message; kept "
+            f"{', '.join(k for k in DURATION_KEYS if r[k] is not None) or 'no timing'} (status NULL)"))
+    if plan["radix"] is not None:
+        ctx.write("request_events", carried(plan["radix"]))
+    if plan["args"] is not None:
+        rows, summary = plan["args"]
+        st.config.append(rows)
+        note_rows(ctx, summary.filter(~pl.col("complete")),
+                  lambda r: f"line {r['line_no']}: Args record cut off; kept its {r['len'] or 0} complete fields")
+    st.config.extend(plan["config"])
+    if plan["events"] is not None:
+        ctx.write("log_events", carried(plan["events"]))
 
 
 class TgiLogParser(Parser):
@@ -584,23 +651,9 @@ class TgiLogParser(Parser):
     def parse(self, ctx: ParseContext, fmt: str) -> None:
         st = _State()
         out = BufferedWrites(ctx)
-        for lines, recs in record_frames(ctx, _flag, _prepare):
-            recs, bad = _normalise(recs)
-            if bad.height:
-                salv = _salvage_json(bad)
-                args = salv.filter(pl.col("msg").str.starts_with("Args {").fill_null(False))
-                if args.height:
-                    rows, summary = _args_pairs(args, "Args (cut JSON record)")
-                    st.config.append(rows)
-                    note_rows(ctx, summary, lambda r: f"line {r['line_no']}: JSON record cut off; kept "
-                              f"{r['len'] or 0} complete Args fields from its message")
-                    ctx.counts.parsed += int(args["line_count"].sum())
-                lost = bad.filter(~pl.col("gid").is_in(args["gid"].implode()))
-                reject_records(ctx, lines, lost["gid"], pl.concat_str([
-                    pl.lit("JSON record that does not parse (cut off or corrupt), starting at line "),
-                    pl.col("gid").replace_strict(lost["gid"], lost["line_no"].cast(pl.String), default="?")]))
-            _emit(out, recs, st)
-            ctx.counts.parsed += int(recs["line_count"].sum()) if recs.height else 0
+        # Frames are worked on by two threads at once (`_work`, pure); their rows are written here in file order.
+        for plan in ordered_map(_work, record_frames(ctx, _flag, _prepare)):
+            _apply(ctx, out, plan, st)
         out.flush()
         write_config(ctx, st.config, {"model_id": "model", "num_shard": "tensor_parallel_size"}, "tgi")
         if st.timed:

@@ -16,6 +16,7 @@ import re
 import threading
 from typing import Iterator
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -24,12 +25,21 @@ from stallscope.errors import InputError
 from . import prefixes as X
 from . import vllm_log_patterns as P
 from .base import ParseContext, Parser, file_mtime_ns
-from .lines import iter_line_frames, prefetch as _prefetch
+from .lines import iter_line_frames, ordered_map, prefetch as _prefetch
 from .logrecords import dedup_note
 from .logtime import Local, WallClock, check_zone, choose_year, full_date_ns
 from .vllm_log_config import ConfigCollector
 
 BLOCK = 16  # vLLM's default KV-cache block (--block-size on CUDA): prefix caching shares whole blocks
+# Odd 64-bit multipliers, one per token position in a block (fixed: the keys must not depend on the run).
+_BLOCK_MULT = np.random.default_rng(0x5EED).integers(1, 1 << 63, BLOCK, dtype=np.uint64) | np.uint64(1)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: every input bit reaches every output bit (uint64 arrays, wrapping arithmetic)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
 
 PATTERNS = P.PATTERNS
 VERSION = "1.0"
@@ -118,6 +128,7 @@ class _Run:
         self.config = ConfigCollector()
         self.saw_stats = {"V0": 0, "V1": 0}
         self.prefix_keys: list[pa.Table] = []   # per Received line with token ids: its 16-token prompt-block keys
+        self.prefix_reqs: list[pa.Table] = []   # (line_no, request_id) of those lines
         self.lines = 0
         self.raw_bytes = 0
         self.bad_utf8_kept = 0
@@ -139,7 +150,9 @@ class _Run:
 
     def _run(self) -> None:
         ctx = self.ctx
-        frames = _prefetch(iter_line_frames(ctx.input))
+        # Each frame's lines are classified (envelope, ANSI, torn records: per line, no state) by two threads at
+        # once, ahead of the records being read here in file order.
+        frames = ordered_map(_classify, _prefetch(iter_line_frames(ctx.input)))
         carry: pl.DataFrame | None = None
         held = next(frames, None)
         if held is None:
@@ -156,16 +169,13 @@ class _Run:
     def _frame(self, frame: pl.DataFrame, last: bool) -> pl.DataFrame | None:
         if frame.height == 0:
             return None
-        df = _patch(frame, frame["text"].str.contains("\x1b", literal=True), "text",
-                    c("text").str.replace_all(P.ANSI.regex, ""))
-        df = _envelope(df)
-        df = self._recover_torn(df)
+        df = frame  # classified by `_classify`
 
         carry = None
         if not last:
             cut = self._cut_index(df)
             if cut > 0:
-                carry = frame.slice(cut)
+                carry = df.slice(cut)
                 df = df.slice(0, cut)
         if last and self.ctx.input.cut_error:
             df = df.with_columns(pl.when(pl.int_range(pl.len()) == pl.len() - 1).then(pl.lit("cut"))
@@ -175,7 +185,8 @@ class _Run:
         self._process(df)
         return carry
 
-    def _recover_torn(self, df: pl.DataFrame) -> pl.DataFrame:
+    @staticmethod
+    def _recover_torn(df: pl.DataFrame) -> pl.DataFrame:
         """A record glued behind torn output (`…NCCL INFO Connected all tre(RayWorkerWrapper pid=643) INFO 04-14 …`,
         `host:633:INFO 04-20 …`) keeps its envelope and becomes a record; the torn text before it is dropped."""
         other = (df["kind"] == "other").arg_true()
@@ -495,38 +506,58 @@ class _Run:
 
     def _prompt_blocks(self, g: pl.DataFrame) -> None:
         """Chain keys of each prompt's whole 16-token blocks (vLLM's default KV block), for `shared_prefix_tokens`:
-        block j's key sums a hash of every block up to j with its position, so equal keys mean equal prefixes."""
+        block j's key sums a hash of every block up to j and is mixed with j, so equal keys mean equal prefixes.
+
+        The token ids become one flat int64 array (polars split + cast); the block hashes are numpy arithmetic on
+        its (blocks x 16) view, no per-token strings or groups."""
         t = g.select(c("line_no"), c("request_id"),
                      c("ids").str.strip_chars("[]").str.split(", ").alias("t")).filter(c("t").list.len() >= BLOCK)
         if t.height == 0:
             return
-        ex = t.explode("t").with_columns(pl.int_range(pl.len()).over("line_no").alias("pos"))
-        ex = ex.filter(c("pos") < c("pos").max().over("line_no") + 1 - (c("pos").max().over("line_no") + 1) % BLOCK)
-        blk = ex.group_by("line_no", "request_id", (c("pos") // BLOCK).alias("b"), maintain_order=True).agg(
-            c("t").str.join(",").alias("s"))
-        blk = blk.with_columns((pl.concat_str([c("b").cast(pl.String), pl.lit(":"), c("s")]).hash(11) % (1 << 40))
-                               .alias("h"))
-        self.prefix_keys.append(blk.select(c("line_no"), c("request_id"), c("b"),
-                                           c("h").cum_sum().over("line_no").alias("key")).to_arrow())
+        n = t["t"].list.len().to_numpy().astype(np.int64)
+        # A token that is not an integer (a cut or odd print) still takes its place, as a value no id has.
+        tok = t["t"].explode().cast(pl.Int64, strict=False).fill_null(-1).to_numpy().view(np.uint64)
+        nb = n // BLOCK
+        start = np.concatenate(([0], np.cumsum(n)[:-1]))
+        # Row of every whole block in `tok`: the prompt's start plus 16 x the block's position in it.
+        first_blk = np.concatenate(([0], np.cumsum(nb)[:-1]))
+        b = np.arange(int(nb.sum()), dtype=np.int64) - np.repeat(first_blk, nb)
+        rows = np.repeat(start, nb) + b * BLOCK
+        blocks = tok[rows[:, None] + np.arange(BLOCK)]
+        with np.errstate(over="ignore"):
+            h = _mix64((blocks * _BLOCK_MULT).sum(axis=1, dtype=np.uint64))
+            chain = np.cumsum(h, dtype=np.uint64)
+            # the chain up to each prompt's start
+            before = np.repeat(np.concatenate((np.zeros(1, np.uint64), chain))[first_blk], nb)
+            key = _mix64((chain - before) ^ (b.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)))
+        self.prefix_keys.append(pa.table({
+            "line_no": np.repeat(t["line_no"].to_numpy(), nb), "key": key.view(np.int64)}))
+        self.prefix_reqs.append(t.select("line_no", "request_id").to_arrow())
 
     def _shared_prefixes(self) -> None:
         """requests.shared_prefix_tokens: whole blocks each prompt shares with a prompt received before it."""
         if not self.prefix_keys:
             return
         keys = pa.concat_tables(self.prefix_keys)
-        self.con.register("_vllm_prefix_keys", keys)
+        key = keys["key"].to_numpy()
+        line = keys["line_no"].to_numpy()
+        # Blocks are in file order: a block is shared when its key first appeared on an earlier line.
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        shared = line[first][inv] < line
+        per_line = pl.DataFrame({"line_no": line, "s": shared}).group_by("line_no").agg(pl.col("s").sum())
+        reqs = pl.from_arrow(pa.concat_tables(self.prefix_reqs)).join(per_line, on="line_no", how="left")
+        counts = reqs.group_by("request_id").agg(pl.col("s").fill_null(0).sum().alias("n")).to_arrow()
+        self.con.register("_vllm_prefix_counts", counts)
         try:
             self.con.execute("""
-                UPDATE requests r SET shared_prefix_tokens = coalesce(s.n, 0) * $2
-                FROM (SELECT request_id, count(*) FILTER (WHERE first_line < line_no) AS n
-                      FROM (SELECT *, min(line_no) OVER (PARTITION BY b, key) AS first_line FROM _vllm_prefix_keys)
-                      GROUP BY request_id) s
+                UPDATE requests r SET shared_prefix_tokens = s.n * $2
+                FROM _vllm_prefix_counts s
                 WHERE r.source_id = $1 AND r.request_id = s.request_id""", [self.sid, BLOCK])
             # Token ids printed but shorter than one block: nothing shareable.
             self.con.execute("""UPDATE requests SET shared_prefix_tokens = 0 WHERE source_id = $1
                                 AND shared_prefix_tokens IS NULL AND prompt_tokens < $2""", [self.sid, BLOCK])
         finally:
-            self.con.unregister("_vllm_prefix_keys")
+            self.con.unregister("_vllm_prefix_counts")
 
     def _lifecycle(self, sub: pl.DataFrame) -> pl.Series | None:
         """Added / Finished / Aborted lines. The id is cut at the fixed offset after the verb; a line where that
@@ -700,6 +731,17 @@ class _Run:
 
 
 # -- frame-level classification (pure functions of the frame) --------------------------------------------------
+
+def _classify(frame: pl.DataFrame) -> pl.DataFrame:
+    """A frame's lines without ANSI codes, with their envelope (`_envelope`) and torn records recovered: each line on
+    its own, so frames are classified in any order and a carried tail joins the next frame as it is."""
+    if frame.height == 0:
+        return frame
+    df = _patch(frame, frame["text"].str.contains("\x1b", literal=True), "text",
+                c("text").str.replace_all(P.ANSI.regex, ""))
+    return _Run._recover_torn(_envelope(df))
+
+
 
 def _noise(df: pl.DataFrame) -> pl.Series:
     """Known-noise category of each line without an envelope (NULL for records and for unknown lines)."""

@@ -22,6 +22,12 @@ out = Console() if sys.stdout.isatty() else Console(width=240, no_color=True)
 err = Console(stderr=True)
 
 
+def _warning(msg: str) -> None:
+    """One line on stderr for a file that could not be read while others could."""
+    sys.stderr.write(f"warning: {msg}\n")
+    sys.stderr.flush()
+
+
 def _error(msg: str) -> None:
     """One line on stderr, never wrapped, never styled: scripts and people both read it."""
     sys.stderr.write(f"error: {msg}\n")
@@ -56,8 +62,14 @@ def ingest(paths: list[Path] = typer.Argument(..., help="Files or directories (t
            year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none (vLLM's MM-DD)."),
            tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none."),
            no_python_functions: bool = typer.Option(False, "--no-python-functions",
-                                                    help="Drop python_function trace events (except step windows).")):
-    """Load files into the store; the same content twice is a no-op, a changed file replaces its rows."""
+                                                    help="Drop python_function trace events (except step windows)."),
+           strict: bool = typer.Option(False, "--strict",
+                                       help="Exit non-zero when any file could not be read (default: only when "
+                                            "none could).")):
+    """Load files into the store; the same content twice is a no-op, a changed file replaces its rows.
+
+    Exits 0 when at least one file gave usable rows (each file that could not be read is one warning line);
+    non-zero when nothing usable was read, or with --strict when any file failed."""
     from .ingest import ingest_paths
     from .parsers import Options
 
@@ -92,15 +104,21 @@ def ingest(paths: list[Path] = typer.Argument(..., help="Files or directories (t
     out.print(table)
     for n in report.notes:
         out.print(f"note: {n}")
-    for r in report:
-        if r.status == "failed":
-            _error(r.message)
-    if not any(r.status in ("ingested", "replaced", "unchanged") for r in report):
-        if not any(r.status == "failed" for r in report):
-            _error("no input files found")
+    failed = [r for r in report if r.status == "failed"]
+    usable = any(r.status in ("ingested", "replaced", "unchanged") for r in report)
+    if not usable:
+        if len(failed) > 1:
+            _error(f"nothing usable was read from {len(failed)} files: " + "; ".join(r.message for r in failed))
+        else:
+            _error(failed[0].message if failed else "no input files found")
         raise typer.Exit(1)
-    if any(r.status == "failed" for r in report):
-        raise typer.Exit(1)
+    for r in failed:
+        _warning(r.message if Path(r.path).name in r.message else f"{r.path}: {r.message}")
+    if failed:
+        inputs = sum(r.status != "skipped" for r in report)  # skipped: a directory's non-inputs (READMEs)
+        _warning(f"{len(failed)} of {inputs} files could not be read")
+        if strict:
+            raise typer.Exit(1)
 
 
 def _progress():

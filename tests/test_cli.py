@@ -69,11 +69,31 @@ def test_missing_path_and_bad_sql_and_missing_store(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
 
 
-def test_partial_failure_keeps_good_files_and_exits_nonzero(tmp_path):
+def test_partial_failure_keeps_good_files_warns_and_exits_zero(tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_text("nothing here\n")
     db = tmp_path / "s.duckdb"
     r = cli("ingest", real(MIXED), bad, "--db", db)
-    assert r.returncode == 1 and "unknown format" in r.stderr
+    assert r.returncode == 0, r.stderr
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 2 and "Traceback" not in r.stderr, r.stderr
+    assert err[0].startswith("warning: ") and "bad.txt" in err[0] and "unknown format" in err[0]
+    assert err[1] == "warning: 1 of 2 files could not be read"
     r = cli("sql", "SELECT count(*) FROM sources", "--db", db, "--format", "csv")
     assert r.stdout.strip().splitlines()[-1] == "1"
+
+
+def test_strict_exits_nonzero_when_any_file_failed_and_nothing_usable_is_one_line(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("nothing here\n")
+    db = tmp_path / "s.duckdb"
+    r = cli("ingest", real(MIXED), bad, "--db", db, "--strict")
+    assert r.returncode == 1 and "bad.txt" in r.stderr and "1 of 2 files could not be read" in r.stderr
+    r = cli("sql", "SELECT count(*) FROM sources", "--db", db, "--format", "csv")
+    assert r.stdout.strip().splitlines()[-1] == "1"  # the good file is kept even when --strict fails the run
+    bad2 = tmp_path / "bad2.txt"
+    bad2.write_text("\x00\x01 binary\n")
+    r = cli("ingest", bad, bad2, "--db", tmp_path / "t.duckdb")
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(err) == 1 and err[0].startswith("error: nothing usable was read from 2 files")
+    assert "bad.txt" in err[0] and "bad2.txt" in err[0]
