@@ -56,12 +56,14 @@ class Options:
     baseline_window_s: float = 30.0
     baseline_steps: int = 16
     max_culprits: int = 5
+    report_views: bool = True   # also install the report's views (a notebook, a report); a CLI analysis, a fleet
+                                # shard and the recommendation read none of them
 
 
 def prepare(con, opts: Options) -> None:
     """Install every view with these parameters and materialise the expensive ones."""
-    sqlviews.install(con, **opts.slo.__dict__, spike_k=opts.spike_k, baseline_window_s=opts.baseline_window_s,
-                     baseline_steps=opts.baseline_steps)
+    sqlviews.install(con, report=opts.report_views, **opts.slo.__dict__, spike_k=opts.spike_k,
+                     baseline_window_s=opts.baseline_window_s, baseline_steps=opts.baseline_steps)
     sqlviews.materialise(con, _MATERIALISE)
 
 

@@ -51,7 +51,7 @@ def analyze_cmd(
     """Find decode-gap spikes, attribute them to prefill work, and measure goodput and what interference cost."""
     from .analyze import Options, analyze, parse_slo
 
-    opts = Options(slo=parse_slo(slo), attainment=attainment, spike_k=spike_k)
+    opts = Options(slo=parse_slo(slo), attainment=attainment, spike_k=spike_k, report_views=False)
     if recommend:
         from .recommend import check_slo
 

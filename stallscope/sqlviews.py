@@ -63,6 +63,7 @@ def parse(name: str, text: str) -> QueryDef:
 
 # The fleet rollup's queries (`fleet_*.sql`) read a Parquet lake through `lake_<table>` views, not a store: they
 # are installed only on a lake connection (stallscope.fleet.rollup), never by `install`.
+REPORT_PREFIX = "report_"
 FLEET_PREFIX = "fleet_"
 
 
@@ -122,12 +123,25 @@ def set_params(con, **values) -> None:
     con.execute(f"INSERT INTO analysis_params VALUES ({', '.join('?' for _ in row)})", row)
 
 
-def install(con, **params) -> dict[str, QueryDef]:
-    """Create every view and macro on `con` (idempotent) and return their definitions."""
+def install(con, *, report: bool = True, **params) -> dict[str, QueryDef]:
+    """Create every view and macro on `con` (idempotent) and return their definitions. `report=False` leaves out
+    the report's `report_*` views: nothing else reads them, and binding them is over half of an install's cost
+    (~1.2 s of ~2 s), paid by every CLI analysis and every fleet shard; `install_report` adds them later."""
     set_params(con, **params)
     qs = all_queries()
-    create(con, qs)
+    create(con, qs if report else {n: q for n, q in qs.items() if not n.startswith(REPORT_PREFIX)})
     return qs
+
+
+def install_report(con) -> None:
+    """Create the `report_*` views on a connection that has the others (after `install(report=False)`), keeping
+    its parameters and whatever was materialised."""
+    create(con, {n: q for n, q in all_queries().items() if n.startswith(REPORT_PREFIX)})
+
+
+def has_report_views(con) -> bool:
+    return bool(con.execute("SELECT count(*) FROM duckdb_views() WHERE temporary AND view_name = 'report_headline'")
+                .fetchall()[0][0])
 
 
 def create(con, qs: dict[str, QueryDef]) -> None:

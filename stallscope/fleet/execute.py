@@ -126,7 +126,7 @@ def run_shard(shard, opts: RunOptions, attempt: int = 1) -> ShardResult:
     timings: dict[str, float] = {}
     try:
         aopts = AOptions(slo=parse_slo(opts.slo), attainment=opts.attainment, spike_k=opts.spike_k,
-                         max_culprits=opts.max_culprits)
+                         max_culprits=opts.max_culprits, report_views=False)
         with tempfile.TemporaryDirectory(prefix="stallscope-shard-") as tmp, Store(":memory:") as store:
             t0 = time.perf_counter()
             paths, names = _localise(shard, Path(tmp))

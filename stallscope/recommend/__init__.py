@@ -240,7 +240,7 @@ def _prepare(con, slo) -> None:
     costly part of an analysis) is needed only when some step's prefill composition is not in the trace itself."""
     from stallscope import sqlviews
 
-    sqlviews.install(con, **slo.__dict__)
+    sqlviews.install(con, report=False, **slo.__dict__)
     need_parts = con.execute("""SELECT count(*) FROM steps WHERE ctx_sum_qkv IS NULL
                                 AND (ctx_tokens IS NULL OR ctx_tokens > 0 OR gen_reqs IS NULL)""").fetchall()[0][0]
     if need_parts:

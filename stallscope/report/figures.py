@@ -59,8 +59,12 @@ def _con(store):
 
 def _ensure_views(con, analysis: dict | None) -> None:
     """Install the analysis views (with the analysis's SLOs) when the connection does not have them yet."""
+    from .. import sqlviews
+
     have = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'analysis_params'").fetchall()[0][0]
     if have:
+        if not sqlviews.has_report_views(con):
+            sqlviews.install_report(con)
         return
     from ..analyze import Options, Slo, prepare
 
