@@ -112,10 +112,12 @@ def test_paged_decodes_and_tiled_prefill_equal_plain_attention():
 def test_the_decode_block_table_reads_exactly_each_context():
     """The paged plan gathers ceil((ctx + 1) / block) blocks per decode from its own slot, and masks exactly the
     positions past its context: the keys it reads are its context, nothing more."""
-    plan = _DecodePlan([3, 0, 2], [0, 64, 100], block=32, blocks_per_slot=8, dtype=torch.float64, dev="cpu")
+    plan = _DecodePlan([3, 0, 2], [0, 64, 100], block=32, blocks_per_slot=8, KV=1, dtype=torch.float64,
+                      dev="cpu")
     assert plan.seq.tolist() == [0, 1, 1, 1, 2, 2, 2, 2]
     assert plan.blk_slot.tolist() == [3, 0, 0, 0, 2, 2, 2, 2]
     assert plan.blk.tolist() == [0, 0, 1, 2, 0, 1, 2, 3]
+    assert plan.rows.tolist() == [24, 0, 1, 2, 16, 17, 18, 19]     # slot * blocks_per_slot + block, one KV head
     read = torch.isfinite(plan.mask[:, 0, 0, :]).sum(dim=1)
     per_seq = torch.zeros(3, dtype=torch.long).index_add_(0, plan.seq, read)
     assert per_seq.tolist() == [1, 65, 101]
@@ -202,6 +204,17 @@ def test_capture_without_torch_says_in_one_line_how_to_install(tmp_path):
     assert r.returncode == 1
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install 'stallscope[capture]'" in lines[0], r.stderr
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present: --device cuda would capture")
+def test_capture_on_cuda_without_a_cuda_device_says_so_in_one_line(tmp_path):
+    """The CPU-only torch CI installs has no CUDA: `--device cuda` stops before writing anything, in one line."""
+    r = subprocess.run([sys.executable, "-m", "stallscope.cli", "capture", "--device", "cuda", "--out",
+                        str(tmp_path / "x"), "--duration", "1"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no CUDA device" in lines[0] and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "x").exists()
 
 

@@ -137,7 +137,7 @@ class TinyLM:
         cis = self.cis[pos][:, None, :]
         x = F.embedding(tok, self.embed)
         tiles = [_prefill_tiles(k, c, self.q_tile, self.dtype, dev) for _, k, c in b.chunks]
-        dec = _DecodePlan(b.dec_slots, b.dec_ctx, self.block, self.blocks_per_slot, self.dtype, dev) \
+        dec = _DecodePlan(b.dec_slots, b.dec_ctx, self.block, self.blocks_per_slot, KV, self.dtype, dev) \
             if b.dec_slots else None
         for li, L in enumerate(self.layers):
             h = F.layer_norm(x, (cfg.d_model,), L["norm1"])
@@ -197,7 +197,7 @@ class _DecodePlan:
     sums). The work is linear in the KV tokens actually read (plus under one block of padding per decode) and the
     op count per layer is fixed, whatever the contexts are. Built once per step, shared by the layers."""
 
-    def __init__(self, slots: list[int], ctx: list[int], block: int, blocks_per_slot: int, dtype, dev):
+    def __init__(self, slots: list[int], ctx: list[int], block: int, blocks_per_slot: int, KV: int, dtype, dev):
         self.slots = torch.tensor(slots, device=dev)
         self.pos = torch.tensor(ctx, device=dev)              # the new token's position = its cached context
         n_blk = (self.pos + 1 + block - 1) // block           # blocks holding positions 0..ctx
@@ -206,6 +206,10 @@ class _DecodePlan:
         j = torch.arange(len(self.seq), device=dev) - first[self.seq]                       # block index in its seq
         self.blk_slot = self.slots[self.seq]                  # block table: (slot, block index) per block
         self.blk = j
+        # the cache rows to gather: one contiguous [block, hd] row per (block, kv head) of a layer's cache
+        # viewed as [slot, kv head, block, ...]
+        self.rows = ((self.blk_slot[:, None] * KV + torch.arange(KV, device=dev)) * blocks_per_slot
+                     + j[:, None]).view(-1)
         key_pos = j[:, None] * block + torch.arange(block, device=dev)[None, :]
         self.mask = torch.zeros(key_pos.shape, dtype=dtype, device=dev).masked_fill_(
             key_pos > self.pos[self.seq][:, None], float("-inf"))[:, None, None, :]          # [NB, 1, 1, block]
@@ -213,12 +217,9 @@ class _DecodePlan:
 
     def attend(self, q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, block: int) -> torch.Tensor:
         nd, H, hd = q.shape
-        S, KV, P, _ = K.shape
-        # one contiguous [block, hd] row of the cache per (block, kv head): index_select copies whole rows
-        rows = ((self.blk_slot[:, None] * KV + torch.arange(KV, device=q.device)) * (P // block)
-                + self.blk[:, None]).view(-1)
-        kb = K.view(-1, block, hd).index_select(0, rows).view(-1, KV, block, hd)     # [NB, KV, block, hd]
-        vb = V.view(-1, block, hd).index_select(0, rows).view(-1, KV, block, hd)
+        KV = K.shape[1]
+        kb = K.view(-1, block, hd).index_select(0, self.rows).view(-1, KV, block, hd)     # [NB, KV, block, hd]
+        vb = V.view(-1, block, hd).index_select(0, self.rows).view(-1, KV, block, hd)
         qb = q.view(nd, KV, H // KV, hd).index_select(0, self.seq)     # [NB, KV, G, hd]
         s = torch.matmul(qb, kb.transpose(-1, -2)).mul_(hd ** -0.5).add_(self.mask)   # [NB, KV, G, block]
         m = torch.full((nd, KV, H // KV), float("-inf"), dtype=s.dtype, device=s.device)
