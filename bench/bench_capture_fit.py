@@ -15,6 +15,12 @@ held-out MAPE, p99 coverage, the tile, every coefficient with whether it is iden
     .venv/bin/python bench/bench_capture_fit.py --duration 20 --policies chunked:64 --json out.json
 
 Run it on a quiet machine (on-core share near 1) to see what the model explains of the trace's step times.
+
+Measured (2-core shared VM, torch 2.13 CPU, 1 thread, 25 s per policy, the defaults): chunked:256, steps 99 % on
+a core: held-out MAPE 0.136, coverage 0.989, per_prefill_token 0.127 ms identified, the store equal to the engine
+in every step; unchunked, 94 % on a core: MAPE 0.251, coverage 0.987 (thread CPU 0.214: the same decode step
+drifted from 3.3 to 6.0 ms of thread CPU time and back within 15 s, residual lag-1 autocorrelation 0.9, while
+back-to-back steps differ by 3-4 %: the machine's other tenants, which a static step model cannot express).
 """
 from __future__ import annotations
 
