@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DEMO_DB ?= demo.duckdb
 DEMO ?= sample_traces/unchunked-long-prompt-stall
 
-.PHONY: demo test venv dev docs bench clean capture-demo chromium
+.PHONY: demo test venv dev docs bench clean capture-demo capture-fit chromium
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -42,6 +42,11 @@ capture-demo: dev
 	          round(median(g.gap_ns) / 1e6, 1) AS itl_p50_ms, round(quantile_cont(g.gap_ns, 0.99) / 1e6, 1) AS itl_p99_ms, \
 	          round(max(g.gap_ns) / 1e6, 1) AS worst_gap_ms \
 	   FROM token_gaps g JOIN sources s USING (source_id) GROUP BY 1 ORDER BY 1 DESC"
+
+# Does the fitted step model explain real captured step times? One capture per policy, alone on the machine.
+CAPTURE_FIT_ARGS ?= --duration 25 --policies chunked:256,unchunked
+capture-fit: dev
+	$(BIN)/python bench/bench_capture_fit.py $(CAPTURE_FIT_ARGS)
 
 # The whole test suite, on both cores (one file per worker at a time: module fixtures are built once). The report's browser test needs Debian's chromium: installed here when missing (as root,
 # else through sudo); when it cannot be had the browser test fails, it is never skipped.

@@ -77,7 +77,7 @@ WITH st AS (
            CAST(sum(ctx_tokens) OVER (PARTITION BY source_id ORDER BY end_ns, step_index) AS BIGINT) AS s_hi
     FROM step_phase WHERE ctx_tokens > 0),
 tspan AS (SELECT source_id AS tsrc, min(start_ns) AS lo, max(end_ns) AS hi FROM step_phase
-          WHERE kernel_count > 0 GROUP BY source_id),
+          WHERE worked GROUP BY source_id),
 rq0 AS (
     SELECT m.source_id, m.run_line, m.request_id, m.report_id, m.prompt_tokens, m.arrival_ns, m.first_token_ns,
            m.request_index, srv.request_index AS server_index, srv.shared_prefix_tokens AS shared_max
@@ -91,7 +91,7 @@ pair AS (
 ref AS (SELECT source_id, run_line, min(tsrc) AS tsrc FROM pair GROUP BY ALL),
 dec_steps AS (
     SELECT source_id AS tsrc, end_ns, row_number() OVER (PARTITION BY source_id ORDER BY end_ns, step_index) AS n
-    FROM step_phase WHERE kernel_count > 0 AND gen_reqs > 0),
+    FROM step_phase WHERE worked AND gen_reqs > 0),
 preempted AS (
     -- Recompute preemption: a request that got no token while steps carrying decodes ran was not running; the
     -- token that ends such a gap follows its re-prefill of the prompt plus the tokens generated so far.
@@ -114,7 +114,7 @@ bucketed AS (
     -- The step (of one reference trace) each episode finished in; outside the trace, its own time.
     SELECT e.*, coalesce(k.end_ns, e.done_ns) AS bucket
     FROM episodes e LEFT JOIN ref USING (source_id, run_line)
-    ASOF LEFT JOIN (SELECT source_id, end_ns FROM step_phase WHERE kernel_count > 0) k
+    ASOF LEFT JOIN (SELECT source_id, end_ns FROM step_phase WHERE worked) k
       ON k.source_id = ref.tsrc AND e.done_ns + 2000000 >= k.end_ns),
 rq_full AS (
     -- Engine admission order: by the step that completed the prefill, then by the server's log order (its

@@ -21,6 +21,7 @@
 -- @column ctx_tokens       BIGINT   Prefill tokens in the step (SGLang MIXED: estimated, see above), NULL when unknown.
 -- @column gen_reqs         INTEGER  Decode requests in the step (the decodes a long step stalls), NULL when unknown.
 -- @column gen_tokens       BIGINT   Decode tokens in the step, NULL when unknown.
+-- @column worked           BOOLEAN  The step ran model work: it launched GPU work, or, in a trace that holds no GPU work at all (a CPU-only run), its annotation says it carried prefill or decode tokens.
 CREATE OR REPLACE TEMP VIEW step_phase AS
 WITH kp AS (
     SELECT step_id,
@@ -43,5 +44,7 @@ SELECT s.source_id, s.step_id, s.step_index, s.rank,
        s.ctx_reqs,
        coalesce(s.ctx_tokens, CASE WHEN s.annotation_kind = 'sglang' AND s.phase = 'mixed'
                                    THEN s.total_tokens - s.batch_size + 1 END) AS ctx_tokens,
-       s.gen_reqs, s.gen_tokens
+       s.gen_reqs, s.gen_tokens,
+       s.kernel_count > 0 OR (max(s.kernel_count) OVER (PARTITION BY s.source_id) = 0
+                              AND s.phase IN ('prefill', 'decode', 'mixed')) AS worked
 FROM steps s LEFT JOIN kp ON kp.step_id = s.step_id;

@@ -13,7 +13,8 @@ A benchmark run is a *unit*: (benchmark source, `line_no` of the run). Three anc
    by intersecting the per-request feasible intervals `[s - send, s + 1 s - send)` (s = the server's 1-s
    arrival); without them each send is placed inside its own 1-s arrival bucket, narrowed by the server's
    finish line (send >= finish - latency) and by the run start. Each matched row gets `server_request_id`.
-3. `matched_trace_steps`: a profiler trace's clock is absolute; when steps (`steps.gpu_end_ns`) overlap a
+3. `matched_trace_steps`: a profiler trace's clock is absolute; when steps (`steps.gpu_end_ns`, or
+   `cpu_end_ns` in a trace without GPU work) overlap a
    run that has one common clock (send times), its offset is refined by sliding the client token arrivals
    (first tokens and ITL ends) over the step ends and keeping the shift with the smallest capped mean
    distance, searched within the prior's uncertainty. The shift absorbs the mean step-end-to-client delay.
@@ -561,7 +562,8 @@ def _relevant(con, touched: list[int]) -> bool:
         SELECT (SELECT count(*) FROM sources WHERE source_id IN ({ids}) AND parser = '{BENCH_PARSER}')
              + (SELECT count(*) FROM requests WHERE source_id IN ({ids}) AND kind = 'server'
                   AND prompt_tokens IS NOT NULL AND arrival_ns IS NOT NULL)
-             + (SELECT count(*) FROM steps WHERE source_id IN ({ids}) AND gpu_end_ns IS NOT NULL)""").fetchall()[0][0])
+             + (SELECT count(*) FROM steps WHERE source_id IN ({ids})
+                  AND coalesce(gpu_end_ns, cpu_end_ns) IS NOT NULL)""").fetchall()[0][0])
 
 
 def _server_rows(con) -> pl.DataFrame:
@@ -719,8 +721,12 @@ def _refine_with_steps(con, u: _Unit, b: pl.DataFrame, arrival: np.ndarray, prio
     tok = arrival[pos] + toks["t"].to_numpy().astype(np.int64)
     # The prior's uncertainty: ±0.5 s buckets after a server-log match, ±1 s plus save delay from `date`.
     search = int(0.8 * SECOND) if prior == "matched_server_log" else int(2.5 * SECOND)
-    ends = con.execute("SELECT gpu_end_ns FROM steps WHERE gpu_end_ns BETWEEN ? AND ?",
-                       [int(tok.min()) - search, int(tok.max()) + search]).fetchnumpy()["gpu_end_ns"]
+    # A step ends when its GPU work does; in a trace without GPU work (a CPU-only run), when its CPU window does.
+    ends = con.execute("""SELECT coalesce(s.gpu_end_ns, s.cpu_end_ns) AS end_ns FROM steps s
+                          WHERE (s.gpu_end_ns IS NOT NULL OR NOT EXISTS (
+                                    SELECT 1 FROM steps g WHERE g.source_id = s.source_id AND g.gpu_end_ns IS NOT NULL))
+                            AND coalesce(s.gpu_end_ns, s.cpu_end_ns) BETWEEN ? AND ?""",
+                       [int(tok.min()) - search, int(tok.max()) + search]).fetchnumpy()["end_ns"]
     if ends.size < 3:
         return None
     fit = fit_offset_to_steps(tok, np.asarray(ends, dtype=np.int64), search)

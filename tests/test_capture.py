@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
+from dataclasses import replace
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import ROOT
@@ -24,8 +27,10 @@ if not os.environ.get("STALLSCOPE_ALLOW_NO_TORCH"):
 pytest.importorskip("torch")
 
 import stallscope  # noqa: E402
-from stallscope.analyze import analyze  # noqa: E402
+from stallscope.analyze import Options, analyze, parse_slo, prepare  # noqa: E402
 from stallscope.capture.runner import CaptureSpec, capture  # noqa: E402
+from stallscope.recommend import observe  # noqa: E402
+from stallscope.recommend.fit import TERMS, fit  # noqa: E402
 
 DURATION = 12.0
 LONG = 3072         # unchunked, one such prefill stalls every running decode for ~1 s on one core
@@ -177,3 +182,73 @@ def test_analyze_finds_the_long_prefill_stalls_unchunked_and_fewer_smaller_ones_
     (u_p99, u_max), (c_p99, c_max) = _itl(unchunked), _itl(chunked)
     assert c_p99 < u_p99 and c_max < u_max, why
     assert abs(u_max - worst["gap_ms"]) < 0.01    # the worst client gap is the worst spike
+
+
+def test_the_store_rebuilds_every_step_composition_the_engine_ran(chunked):
+    """What the step model is fitted on, read back from the three files, against the engine's own records: the
+    annotation's counts exactly, and the KV tokens the decodes read (from the client token stream aligned to the
+    trace) exactly wherever the tokens left within ~2 ms of their step's end. On an oversubscribed machine the
+    OS holds this process for milliseconds now and then, and a held token can land next to the following step.
+
+    The prefill attention work (from the prefill replay, `prefill_parts`) is not asserted here: it matched the
+    engine in 99 % of the steps of captures running alone, but one token held more than the replay's 2 ms slack
+    reads as a recompute preemption and shifts the replayed stream from there on (measured: 30 % of the steps
+    right in one run of this pair beside another pytest worker); bench/bench_capture_fit.py reports it."""
+    eng = chunked["result"].engine.steps
+    rows = chunked["store"].sql("""SELECT decode_seqs, tokens, kv_tokens_read, attention_units
+                                   FROM recommend_step_obs ORDER BY step_index""").rows()
+    assert len(rows) == len(eng)
+    truth = [(s.gen_reqs, s.ctx_tokens + s.gen_reqs, s.kv_read, s.attn_work) for s in eng]
+    assert [r[:2] for r in rows] == [t[:2] for t in truth]
+    same = sum(r[2] is not None and abs(r[2] - t[2]) <= 1e-6 * max(t[2], 1) for r, t in zip(rows, truth))
+    assert same >= 0.9 * len(eng), (same, len(eng), chunked["store"].sql(
+        "SELECT value FROM engine_config WHERE key = 'clock_note'").rows())
+
+
+# Held-out MAPE the fitted step model must reach on a short capture of its own, measured on the 2-core machine
+# (bench/bench_capture_fit.py runs longer captures): see the test for the two checks.
+CPU_MAPE_MAX = 0.25    # engine thread CPU time per step; measured 0.09-0.14 (62-100 % on a core, load 3-8)
+WALL_MAPE_MAX = 0.30   # trace step times, judged when the steps were on a core >= 85 % of their wall time
+                       # (measured 0.14, 0.15, 0.24 at 90-100 % on a core; 0.44 at 62 %, not judged there)
+ON_CORE_MIN = 0.85
+CPU_ON_CORE_MIN = 0.4  # measured: thread-CPU MAPE 0.25 and the KV term at 0 with the steps 33 % on a core (load 6)
+
+
+def test_the_fitted_step_model_explains_the_captured_step_times(tmp_path):
+    """The recommendation's step model, fitted through the store on what the parsers read back from a capture
+    running alone (the side-by-side pair above shares the cores by design), explains the real step times.
+
+    A trace's step time is wall time: on an oversubscribed machine it includes the time the OS ran another
+    process, which no model of the batch can explain. So two checks: the model, on the store's features,
+    explains the engine's own thread CPU time of every step (always); and it explains the trace's step times
+    (the Must-hold) whenever the capture's steps were on a core most of their wall time."""
+    res = capture(CaptureSpec(policy="chunked", budget=128, duration_s=6.0, rate=8.0, output_len="24:0.4",
+                              incident="long-prompts:count=2,tokens=1536,spacing=1"), tmp_path)
+    store = stallscope.open(":memory:")
+    try:
+        store.ingest([tmp_path])
+        prepare(store.con, Options(slo=parse_slo("ttft=1s,itl=100ms")))
+        obs, _ = observe.step_observations(store.con)
+    finally:
+        store.close()
+    steps = res.engine.steps
+    assert len(obs) == len(steps)
+    cpu_ms = np.array([s.cpu_ns / 1e6 for s in steps])
+    on_core = float(cpu_ms.sum() / obs.step_ms.sum())
+    m, mc = fit(obs), fit(replace(obs, step_ms=cpu_ms))
+    why = {"summary": res.summary(), "on_core": round(on_core, 3), "wall": (m.mape, m.p99_coverage, m.tile),
+           "cpu": (mc.mape, mc.p99_coverage, mc.tile), "coefficients": m.coefficients(),
+           "not_identified": {t: v["reason"] for t, v in m.identified.items() if not v["identified"]}}
+    print(why)
+    if on_core < CPU_ON_CORE_MIN:   # even thread CPU time is then mostly cache and memory contention
+        pytest.skip(f"the capture's steps were on a core {on_core:.0%} of their wall time (machine oversubscribed "
+                    f"beyond a 2-core CI with one other worker): step-time MAPE {m.mape:.3f}, thread CPU {mc.mape:.3f}")
+    assert mc.mape < CPU_MAPE_MAX and mc.p99_coverage >= 0.9, why
+    # it sees the token (GEMM) cost; 300 steps on a loaded machine are too few to identify terms to 3.3 % (the
+    # bench's 25 s captures report identification)
+    assert mc.coef[TERMS.index("per_prefill_token_ms")] > 0, why
+    if on_core >= ON_CORE_MIN:
+        assert m.mape < WALL_MAPE_MAX and m.p99_coverage >= 0.9, why
+    else:
+        warnings.warn(f"capture steps on a core only {on_core:.0%} of their wall time (machine oversubscribed): "
+                      f"trace step-time MAPE {m.mape:.3f} not judged")

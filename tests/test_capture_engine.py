@@ -18,7 +18,7 @@ if not os.environ.get("STALLSCOPE_ALLOW_NO_TORCH"):
 torch = pytest.importorskip("torch")
 
 from stallscope.capture.engine import Engine, EngineConfig, Request, marker  # noqa: E402
-from stallscope.capture.model import Batch, ModelConfig, TinyLM, _context_groups  # noqa: E402
+from stallscope.capture.model import Batch, ModelConfig, TinyLM, _DecodePlan  # noqa: E402
 
 SMALL = ModelConfig(vocab=512, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn=128, max_model_len=256)
 
@@ -38,12 +38,13 @@ def test_chunked_prefill_gives_the_same_next_token_and_cache_as_one_prefill():
     for k, c in ((0, 40), (40, 64), (104, 46)):
         nxt = chunked.step(Batch(p[k:k + c], [(1, k, c)], [], [])).item()
     assert nxt == full
-    assert torch.allclose(one.kv[:, 0, :150], chunked.kv[:, 1, :150], atol=1e-9)
+    for a, b in ((one.k, chunked.k), (one.v, chunked.v)):
+        assert torch.allclose(a[:, 0, :, :150], b[:, 1, :, :150], atol=1e-9)
 
 
 def test_batched_decodes_over_the_real_cache_equal_a_prefill_of_prompt_plus_token():
     torch.set_num_threads(1)
-    lens = [200, 7, 90, 31]              # contexts far apart: several padded decode groups
+    lens = [200, 7, 90, 31]              # contexts far apart: many blocks for one, a part block for another
     prompts = _prompts(lens, seed=1)
     m = TinyLM(SMALL, 4, seed=5, dtype=torch.float64)
     for s, p in enumerate(prompts):
@@ -62,14 +63,64 @@ def test_batched_decodes_over_the_real_cache_equal_a_prefill_of_prompt_plus_toke
     assert m.step(Batch(new, [], [0, 1, 2, 3], lens)).tolist() == want
 
 
-def test_decode_groups_bound_the_padding():
-    ctx = [5, 3000, 40, 900, 1000, 7]
-    groups = _context_groups(ctx)
-    assert sorted(i for g in groups for i in g) == list(range(len(ctx)))
-    for g in groups:
-        lo, hi = min(ctx[i] for i in g), max(ctx[i] for i in g)
-        assert hi <= 2 * lo + 128
-    assert len(groups) == 3   # {3,5,7,40}, {900,1000}, {3000}
+def _reference_logits(m: TinyLM, tokens: list[int]) -> torch.Tensor:
+    """The last position's logits of one whole sequence through the model's weights with plain attention: full
+    score matrix, explicit causal mask and softmax, GQA by repeating the KV heads, RoPE by cos/sin on pairs."""
+    cfg = m.cfg
+    hd, H, KV = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
+    T = len(tokens)
+    x = m.embed[torch.tensor(tokens)]
+    inv = 1.0 / cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
+
+    def rope(t):
+        a, b = t[..., 0::2], t[..., 1::2]
+        return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    for L in m.layers:
+        h = torch.nn.functional.layer_norm(x, (cfg.d_model,), L["norm1"])
+        qkv = (h @ L["qkv"]).view(T, H + 2 * KV, hd)
+        q, k, v = rope(qkv[:, :H]), rope(qkv[:, H:H + KV]), qkv[:, H + KV:]
+        k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+        s = torch.einsum("thd,shd->hts", q, k) / hd ** 0.5
+        p = torch.softmax(s.masked_fill(~causal, float("-inf")), dim=-1)
+        x = x + torch.einsum("hts,shd->thd", p, v).reshape(T, H * hd) @ L["o"]
+        gate, up = (torch.nn.functional.layer_norm(x, (cfg.d_model,), L["norm2"]) @ L["gate_up"]).chunk(2, dim=-1)
+        x = x + (torch.nn.functional.silu(gate) * up) @ L["down"]
+    return torch.nn.functional.layer_norm(x[-1], (cfg.d_model,), m.norm) @ m.lm_head
+
+
+def test_paged_decodes_and_tiled_prefill_equal_plain_attention():
+    """A mixed step (a chunk on top of a cached prefix, in several query tiles, plus decodes whose contexts end
+    before, on and after block boundaries) gives the logits of plain full attention over each whole sequence."""
+    torch.set_num_threads(1)
+    lens = [1, 31, 32, 33, 95]
+    prompts = _prompts(lens + [70], seed=4)
+    m = TinyLM(SMALL, 6, seed=9, dtype=torch.float64, block=32, q_tile=16)
+    for s, p in enumerate(prompts[:5]):
+        m.step(Batch(p, [(s, 0, len(p))], [], []))
+    long = prompts[5]
+    m.step(Batch(long[:23], [(5, 0, 23)], [], []))
+    new = [5, 6, 7, 8, 9]
+    got = m.logits(Batch(long[23:] + new, [(5, 23, 47)], [0, 1, 2, 3, 4], lens))
+    want = torch.stack([_reference_logits(m, long)] + [_reference_logits(m, p + [t]) for p, t in zip(prompts, new)])
+    assert torch.allclose(got, want, rtol=1e-9, atol=1e-9), (got - want).abs().max()
+
+
+def test_the_decode_block_table_reads_exactly_each_context():
+    """The paged plan gathers ceil((ctx + 1) / block) blocks per decode from its own slot, and masks exactly the
+    positions past its context: the keys it reads are its context, nothing more."""
+    plan = _DecodePlan([3, 0, 2], [0, 64, 100], block=32, blocks_per_slot=8, KV=1, dtype=torch.float64,
+                      dev="cpu")
+    assert plan.seq.tolist() == [0, 1, 1, 1, 2, 2, 2, 2]
+    assert plan.blk_slot.tolist() == [3, 0, 0, 0, 2, 2, 2, 2]
+    assert plan.blk.tolist() == [0, 0, 1, 2, 0, 1, 2, 3]
+    assert plan.rows.tolist() == [24, 0, 1, 2, 16, 17, 18, 19]     # slot * blocks_per_slot + block, one KV head
+    read = torch.isfinite(plan.mask[:, 0, 0, :]).sum(dim=1)
+    per_seq = torch.zeros(3, dtype=torch.long).index_add_(0, plan.seq, read)
+    assert per_seq.tolist() == [1, 65, 101]
 
 
 class _FakeModel:
@@ -153,6 +204,17 @@ def test_capture_without_torch_says_in_one_line_how_to_install(tmp_path):
     assert r.returncode == 1
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install 'stallscope[capture]'" in lines[0], r.stderr
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present: --device cuda would capture")
+def test_capture_on_cuda_without_a_cuda_device_says_so_in_one_line(tmp_path):
+    """The CPU-only torch CI installs has no CUDA: `--device cuda` stops before writing anything, in one line."""
+    r = subprocess.run([sys.executable, "-m", "stallscope.cli", "capture", "--device", "cuda", "--out",
+                        str(tmp_path / "x"), "--duration", "1"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no CUDA device" in lines[0] and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "x").exists()
 
 

@@ -174,6 +174,7 @@ class Engine:
             nxt = self.model.step(batch)
             self.sync()
             out = nxt.tolist()
+        # the tokens leave once the traced step has ended (a streaming client sees them after the step)
         t1 = time.perf_counter_ns()
         c1 = time.thread_time_ns()
         for i, (r, c) in enumerate(chunks):

@@ -2,16 +2,17 @@
 
 The model serves a *flattened* batch the way vLLM V1 does: the new tokens of every scheduled request are
 concatenated into one [T, d] activation, so the projections and the MLP are single GEMMs over all tokens
-(prefill chunks and decodes alike), and attention reads the real cache: a prefill chunk attends, causally, to
-the request's cached context plus itself (cost grows with tokens x context), the decodes attend to their whole
-cached contexts in one padded batched call (cost grows with the summed context). The cache is contiguous: one
-slot of `max_model_len` positions per running request, so it never needs preemption.
+(prefill chunks and decodes alike), and attention reads the real cache with the cost structure of a paged-attention
+engine: the decodes of a step read exactly their contexts, block by block (32 positions per block, one block table
+for all decodes, a segment softmax over each decode's blocks: work linear in the KV tokens read, a fixed op count
+per layer), and a prefill chunk of c tokens on top of k cached ones attends causally in query tiles, each tile
+reading only its own prefix (work about c*(k + c/2), what a causal kernel does). The cache is one slot of
+`max_model_len` positions (whole blocks) per running request, so it never needs preemption.
 
 Why the code looks the way it does: every ATen call is an event in the profiler trace, so a step issues as few
 as possible: weights stored transposed for a bare `mm`, RoPE as one in-place complex multiply over the q and k
 heads, LayerNorm rather than RMSNorm (7 events against 26 in torch 2.13), K and V in one cache tensor written
-and gathered with one index op, additive float masks built once per step. A decode step is ~130 events per
-layer. Decodes are grouped by context length so padding to the longest context in a group stays bounded.
+and gathered with one index op, additive float masks and the block table built once per step.
 """
 from __future__ import annotations
 
@@ -72,9 +73,13 @@ class Batch:
 class TinyLM:
     """Random-weight decoder; `step(batch)` runs one engine iteration and returns the greedy next tokens."""
 
-    def __init__(self, cfg: ModelConfig, max_seqs: int, seed: int = 0, dtype=torch.float32, device="cpu"):
+    def __init__(self, cfg: ModelConfig, max_seqs: int, seed: int = 0, dtype=torch.float32, device="cpu",
+                 block: int = 32, q_tile: int = 128):
         cfg.validate()
         self.cfg = cfg
+        self.block = block            # KV-cache block (page) size the decode attention reads in
+        self.q_tile = q_tile          # prefill query tile: each tile reads only its causal prefix
+        self.blocks_per_slot = -(-cfg.max_model_len // block)
         self.device = torch.device(device)
         self.dtype = dtype
         g = torch.Generator().manual_seed(seed)
@@ -93,8 +98,12 @@ class TinyLM:
         self.norm = torch.ones(d, device=self.device, dtype=dtype)
         self.lm_head = w(d, cfg.vocab)
         # [layer][slot, position, K heads then V heads, head_dim]
-        self.kv = torch.zeros((cfg.n_layers, max_seqs, cfg.max_model_len, 2 * KV, hd), dtype=dtype,
-                              device=self.device)
+        # K and V caches [layer, slot, kv head, position, head_dim]: a head's positions are contiguous (a prefill
+        # tile reads its prefix as one strided view), and a slot is whole blocks, so a layer's cache also reads as
+        # [slot, kv head, block, block position, head_dim]: a decode block is one contiguous [block, hd] matrix
+        shape = (cfg.n_layers, max_seqs, KV, self.blocks_per_slot * block, hd)
+        self.k = torch.zeros(shape, dtype=dtype, device=self.device)
+        self.v = torch.zeros(shape, dtype=dtype, device=self.device)
         inv = 1.0 / cfg.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)
         ang = torch.arange(cfg.max_model_len, dtype=torch.float64)[:, None] * inv[None, :]
         cdt = torch.complex64 if dtype != torch.float64 else torch.complex128
@@ -105,71 +114,54 @@ class TinyLM:
         return sum(t.numel() * t.element_size() for t in ts)
 
     def cache_bytes(self) -> int:
-        return self.kv.numel() * self.kv.element_size()
+        return 2 * self.k.numel() * self.k.element_size()
 
     @torch.inference_mode()
     def step(self, b: Batch) -> torch.Tensor:
         """Greedy next token for every chunk (the last position of the chunk) and every decode, in batch order."""
+        return self.logits(b).argmax(dim=-1)
+
+    @torch.inference_mode()
+    def logits(self, b: Batch) -> torch.Tensor:
+        """Next-token logits [chunks + decodes, vocab] of one engine iteration (writes the new K/V to the cache)."""
         cfg = self.cfg
         hd, H, KV = cfg.head_dim, cfg.n_heads, cfg.n_kv_heads
-        dev, NEG = self.device, float("-inf")
+        dev = self.device
         positions: list[int] = []
         for _, k, c in b.chunks:
             positions.extend(range(k, k + c))
         positions.extend(b.dec_ctx)
         n_pre = len(positions) - len(b.dec_ctx)
-        nd = len(b.dec_slots)
         tok = torch.tensor(b.tokens, device=dev)
         pos = torch.tensor(positions, device=dev)
         cis = self.cis[pos][:, None, :]
         x = F.embedding(tok, self.embed)
-        groups = []   # decodes in groups of similar context: one padded gather + attention call per group
-        for idx in _context_groups(b.dec_ctx):
-            ctx = [b.dec_ctx[i] for i in idx]
-            kmax = max(ctx) + 1
-            gslots = torch.tensor([b.dec_slots[i] for i in idx], device=dev)
-            gpos = torch.tensor(ctx, device=dev)
-            rows = torch.tensor([n_pre + i for i in idx], device=dev)
-            # decode i attends to cached positions <= its own; additive masks avoid a `where` per layer
-            m = torch.zeros((len(idx), 1, 1, kmax), dtype=self.dtype, device=dev)
-            m.masked_fill_(torch.arange(kmax, device=dev)[None, None, None, :] > gpos[:, None, None, None], NEG)
-            groups.append((gslots, gpos, rows, kmax, m))
-        order = list(range(n_pre)) + [n_pre + i for idx in _context_groups(b.dec_ctx) for i in idx]
-        unsort = None
-        if order != list(range(len(order))):   # attention outputs come out group by group: put them back
-            inv = [0] * len(order)
-            for j, i in enumerate(order):
-                inv[i] = j
-            unsort = torch.tensor(inv, device=dev)
-        cmasks = []
-        for _, k, c in b.chunks:
-            m = torch.zeros((c, k + c), dtype=self.dtype, device=dev)
-            cmasks.append(m.masked_fill_(torch.ones((c, k + c), dtype=torch.bool, device=dev).triu_(k + 1), NEG))
+        tiles = [_prefill_tiles(k, c, self.q_tile, self.dtype, dev) for _, k, c in b.chunks]
+        dec = _DecodePlan(b.dec_slots, b.dec_ctx, self.block, self.blocks_per_slot, KV, self.dtype, dev) \
+            if b.dec_slots else None
         for li, L in enumerate(self.layers):
             h = F.layer_norm(x, (cfg.d_model,), L["norm1"])
             qkv = torch.mm(h, L["qkv"]).view(-1, H + 2 * KV, hd)
             rot = torch.view_as_complex(qkv.view(-1, H + 2 * KV, hd // 2, 2)[:, :H + KV])
             rot.mul_(cis)                                      # RoPE on q and k heads, in place
-            q, kvn = qkv[:, :H], qkv[:, H:]
-            cache = self.kv[li]
+            q, kn, vn = qkv[:, :H], qkv[:, H:H + KV], qkv[:, H + KV:]
+            K, V = self.k[li], self.v[li]
             outs = []
             off = 0
-            for (slot, ctx, c), m in zip(b.chunks, cmasks):
-                cache[slot, ctx:ctx + c] = kvn[off:off + c]
-                kv = cache[slot, :ctx + c].transpose(0, 1)     # [2KV, ctx+c, hd]
-                a = F.scaled_dot_product_attention(q[off:off + c].transpose(0, 1)[None], kv[None, :KV],
-                                                   kv[None, KV:], attn_mask=m, enable_gqa=True)
-                outs.append(a[0].transpose(0, 1))
+            for (slot, ctx, c), chunk_tiles in zip(b.chunks, tiles):
+                K[slot, :, ctx:ctx + c] = kn[off:off + c].transpose(0, 1)
+                V[slot, :, ctx:ctx + c] = vn[off:off + c].transpose(0, 1)
+                for t0, t1, m in chunk_tiles:   # query tile [t0, t1) reads its causal prefix only
+                    a = F.scaled_dot_product_attention(q[off + t0:off + t1].transpose(0, 1)[None],
+                                                       K[slot, :, :ctx + t1][None], V[slot, :, :ctx + t1][None],
+                                                       attn_mask=m, enable_gqa=True)
+                    outs.append(a[0].transpose(0, 1))
                 off += c
-            for gslots, gpos, rows, kmax, m in groups:
-                cache[gslots, gpos] = kvn[rows]
-                kv = cache[gslots, :kmax].transpose(1, 2)      # gathered: reads every decode's real context
-                a = F.scaled_dot_product_attention(q[rows][:, :, None], kv[:, :KV], kv[:, KV:], attn_mask=m,
-                                                   enable_gqa=True)
-                outs.append(a[:, :, 0])
+            if dec is not None:
+                K[dec.slots, :, dec.pos] = kn[n_pre:]
+                V[dec.slots, :, dec.pos] = vn[n_pre:]
+                outs.append(dec.attend(q[n_pre:], K, V, self.block))
             a = torch.cat(outs) if len(outs) > 1 else outs[0]
-            if unsort is not None:
-                a = a[unsort]
             x = torch.addmm(x, a.reshape(-1, H * hd), L["o"])
             gate, up = torch.mm(F.layer_norm(x, (cfg.d_model,), L["norm2"]), L["gate_up"]).chunk(2, dim=-1)
             x = torch.addmm(x, F.silu(gate).mul_(up), L["down"])
@@ -178,20 +170,62 @@ class TinyLM:
         for _, _, c in b.chunks:
             off += c
             last.append(off - 1)
-        last.extend(range(n_pre, n_pre + nd))
+        last.extend(range(n_pre, n_pre + len(b.dec_slots)))
         h = F.layer_norm(x[torch.tensor(last, device=dev)], (cfg.d_model,), self.norm)
-        return torch.mm(h, self.lm_head).argmax(dim=-1)
+        return torch.mm(h, self.lm_head)
 
 
-def _context_groups(ctx: list[int], slack: int = 128) -> list[list[int]]:
-    """Indices of the decodes split into groups sorted by context, a new group whenever the context more than
-    doubles (plus `slack`), so that padding to a group's longest context costs at most about 2x its real reads
-    (a paged-attention kernel reads no padding at all; one call per request would flood the trace)."""
-    order = sorted(range(len(ctx)), key=ctx.__getitem__)
-    groups: list[list[int]] = []
-    for i in order:
-        if groups and ctx[i] <= 2 * ctx[groups[-1][0]] + slack:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return groups
+def _prefill_tiles(k: int, c: int, q_tile: int, dtype, dev) -> list[tuple[int, int, torch.Tensor]]:
+    """(start, end, additive mask) per query tile of a chunk of c tokens on top of k cached ones: tile [t0, t1)
+    attends to positions < k + t1, masked causally inside its own rows, so the chunk reads about c*(k + c/2) keys
+    (what a causal kernel reads), not c*(k + c)."""
+    out = []
+    for t0 in range(0, c, q_tile):
+        t1 = min(c, t0 + q_tile)
+        m = torch.zeros((t1 - t0, k + t1), dtype=dtype, device=dev)
+        m.masked_fill_(torch.ones((t1 - t0, k + t1), dtype=torch.bool, device=dev).triu_(k + t0 + 1),
+                       float("-inf"))
+        out.append((t0, t1, m))
+    return out
+
+
+class _DecodePlan:
+    """Paged decode attention over the cache in blocks of `block` positions, the way a paged-attention kernel
+    with split-KV reads it: every decode's context is cut into its blocks (the last one partly masked), all the
+    blocks of all decodes are gathered by one block table into one [blocks, block, 2KV, hd] tensor, scored and
+    weighted with two batched matmuls, and reduced per decode with a segment softmax (scatter max, index_add
+    sums). The work is linear in the KV tokens actually read (plus under one block of padding per decode) and the
+    op count per layer is fixed, whatever the contexts are. Built once per step, shared by the layers."""
+
+    def __init__(self, slots: list[int], ctx: list[int], block: int, blocks_per_slot: int, KV: int, dtype, dev):
+        self.slots = torch.tensor(slots, device=dev)
+        self.pos = torch.tensor(ctx, device=dev)              # the new token's position = its cached context
+        n_blk = (self.pos + 1 + block - 1) // block           # blocks holding positions 0..ctx
+        self.seq = torch.repeat_interleave(torch.arange(len(slots), device=dev), n_blk)   # [NB] decode of a block
+        first = torch.cumsum(n_blk, 0) - n_blk
+        j = torch.arange(len(self.seq), device=dev) - first[self.seq]                       # block index in its seq
+        self.blk_slot = self.slots[self.seq]                  # block table: (slot, block index) per block
+        self.blk = j
+        # the cache rows to gather: one contiguous [block, hd] row per (block, kv head) of a layer's cache
+        # viewed as [slot, kv head, block, ...]
+        self.rows = ((self.blk_slot[:, None] * KV + torch.arange(KV, device=dev)) * blocks_per_slot
+                     + j[:, None]).view(-1)
+        key_pos = j[:, None] * block + torch.arange(block, device=dev)[None, :]
+        self.mask = torch.zeros(key_pos.shape, dtype=dtype, device=dev).masked_fill_(
+            key_pos > self.pos[self.seq][:, None], float("-inf"))[:, None, None, :]          # [NB, 1, 1, block]
+        self.n = len(slots)
+
+    def attend(self, q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, block: int) -> torch.Tensor:
+        nd, H, hd = q.shape
+        KV = K.shape[1]
+        kb = K.view(-1, block, hd).index_select(0, self.rows).view(-1, KV, block, hd)     # [NB, KV, block, hd]
+        vb = V.view(-1, block, hd).index_select(0, self.rows).view(-1, KV, block, hd)
+        qb = q.view(nd, KV, H // KV, hd).index_select(0, self.seq)     # [NB, KV, G, hd]
+        s = torch.matmul(qb, kb.transpose(-1, -2)).mul_(hd ** -0.5).add_(self.mask)   # [NB, KV, G, block]
+        m = torch.full((nd, KV, H // KV), float("-inf"), dtype=s.dtype, device=s.device)
+        m = m.scatter_reduce_(0, self.seq[:, None, None].expand(-1, KV, H // KV), s.amax(dim=-1), "amax")
+        p = s.sub_(m.index_select(0, self.seq)[..., None]).exp_()
+        den = torch.zeros_like(m).index_add_(0, self.seq, p.sum(dim=-1))
+        o = torch.matmul(p, vb)                                         # [NB, KV, G, hd]
+        o = torch.zeros((nd, KV, H // KV, hd), dtype=o.dtype, device=o.device).index_add_(0, self.seq, o)
+        return o.div_(den[..., None]).view(nd, H, hd)

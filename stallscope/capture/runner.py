@@ -67,6 +67,7 @@ class CaptureResult:
     engine: EngineResult
     export_s: float
     epoch_of_perf_ns: int              # wall clock = perf_counter ns + this
+    torch_threads: int = 1             # torch intra-op threads the steps ran on
 
     def summary(self) -> dict:
         e = self.engine
@@ -74,7 +75,8 @@ class CaptureResult:
         dur = np.array([(s.end_ns - s.start_ns) / 1e6 for s in steps]) if steps else np.zeros(1)
         itl = np.concatenate([np.diff(np.asarray(r.token_ns)) / 1e6 for r in e.requests if len(r.token_ns) > 1]
                              or [np.zeros(0)])
-        return {"policy": self.spec.policy, "budget": self.spec.resolved_budget(), "requests": len(e.requests),
+        return {"policy": self.spec.policy, "budget": self.spec.resolved_budget(), "torch_threads": self.torch_threads,
+                "requests": len(e.requests),
                 "unfinished": e.unfinished, "steps": len(steps), "wall_s": round(e.wall_s, 2),
                 "cpu_s": round(e.cpu_s, 2), "step_cpu_s": round(sum(s.cpu_ns for s in steps) / 1e9, 2),
                 "step_wall_s": round(float(dur.sum()) / 1e3, 2) if steps else 0.0,
@@ -158,7 +160,8 @@ def capture(spec: CaptureSpec, out: Path, on_progress: Callable[[dict], None] | 
         res, model_id=spec.model_id(), policy=spec.policy, budget=cfg.budget, max_num_seqs=cfg.max_num_seqs,
         max_model_len=mcfg.max_model_len, device=spec.device, epoch_of_perf_ns=epoch_of_perf,
         request_ids=request_ids, kv_cache_gib=model.cache_bytes() / 2 ** 30, startup_ns=startup_ns))
-    return CaptureResult(spec, {"trace": trace, "bench": bench, "vllm": log}, res, export_s, epoch_of_perf)
+    return CaptureResult(spec, {"trace": trace, "bench": bench, "vllm": log}, res, export_s, epoch_of_perf,
+                         torch.get_num_threads())
 
 
 def _warm_up(engine: Engine, mcfg: ModelConfig) -> None:

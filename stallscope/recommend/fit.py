@@ -201,13 +201,19 @@ def fit(obs: Observations, *, seed: int = 0, tile: int | None = None) -> StepMod
     has_pf = obs.has_prefill[ok]
     tr, ca, te = _split(n, seed)
 
-    # Tile: learned when the steps hold enough distinct token counts spread over several 256-token tiles.
+    # Tile: learned when the steps hold enough distinct token counts spread over several tiles. A candidate tile
+    # needs steps spanning at least 4 of its tiles; below 4 default tiles (a small budget) the finer candidates
+    # compete with the default (at most 5 candidates, so 24 distinct counts suffice to rank them on held-out
+    # steps), so a cost that grows inside one 256-token tile (a CPU's GEMMs) is not flattened.
     distinct = len(np.unique(tok))
+    top = float(np.nanmax(tok))
+    big = top >= 4 * DEFAULT_TILE
+    cands = TILE_CANDIDATES if big else tuple(c for c in TILE_CANDIDATES if 4 * c <= top or c == DEFAULT_TILE)
     if tile is not None:
         T, basis = int(tile), "given"
-    elif distinct >= 40 and np.nanmax(tok) >= 4 * DEFAULT_TILE:
+    elif distinct >= (40 if big else 24) and len(cands) > 1:
         losses = {}
-        for cand in TILE_CANDIDATES:
+        for cand in cands:
             c, _, _ = _irls(_design(dec[tr], tok[tr], kv[tr], att[tr], cand), t[tr], active)
             r = _design(dec[ca], tok[ca], kv[ca], att[ca], cand) @ c / t[ca] - 1
             losses[cand] = float(np.mean(np.abs(r)))

@@ -1,0 +1,163 @@
+"""Does the fitted step model explain real captured step times? One CPU capture per policy, fitted through the store.
+
+For each policy: a `stallscope capture` run (in-process, torch.profiler on), its three files ingested into a fresh
+store, the recommendation's observations (view recommend_step_obs) fitted with recommend.fit, and printed:
+held-out MAPE, p99 coverage, the tile, every coefficient with whether it is identified (and why not), and
+- the engine-truth check: how many steps the store rebuilt with exactly the engine's own decode count, tokens,
+  KV tokens read and prefill attention units (StepRecord), and how far the trace's step time is from the
+  engine's perf_counter window;
+- the machine's share: the share of the steps' wall time the engine thread was on a core (a trace's step time is
+  wall time: on an oversubscribed machine it holds the time the OS ran another process, which no model of the
+  batch explains), the same fit on the engine's own features with each step's thread CPU time (what the model
+  explains of the compute itself), and the noise of back-to-back steps of the same composition.
+
+    .venv/bin/python bench/bench_capture_fit.py                       # chunked:256 and unchunked, 25 s each
+    .venv/bin/python bench/bench_capture_fit.py --duration 20 --policies chunked:64 --json out.json
+
+Run it on a quiet machine (on-core share near 1) to see what the model explains of the trace's step times.
+
+Measured (2-core shared VM, torch 2.13 CPU, 1 thread, 25 s per policy, the defaults): chunked:256, steps 99 % on
+a core: held-out MAPE 0.136, coverage 0.989, per_prefill_token 0.127 ms identified, the store equal to the engine
+in every step; unchunked, 94 % on a core: MAPE 0.251, coverage 0.987 (thread CPU 0.214: the same decode step
+drifted from 3.3 to 6.0 ms of thread CPU time and back within 15 s, residual lag-1 autocorrelation 0.9, while
+back-to-back steps differ by 3-4 %: the machine's other tenants, which a static step model cannot express).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+INCIDENT = "long-prompts:count=4,tokens=3072,spacing=1"
+
+
+def _loadavg() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def _features(res):
+    S = res.engine.steps
+    return {"wall_ms": np.array([(s.end_ns - s.start_ns) / 1e6 for s in S]),
+            "cpu_ms": np.array([s.cpu_ns / 1e6 for s in S]),
+            "dec": np.array([s.gen_reqs for s in S], float),
+            "tok": np.array([s.ctx_tokens + s.gen_reqs for s in S], float),
+            "kv": np.array([s.kv_read for s in S], float),
+            "att": np.array([s.attn_work for s in S], float),
+            "pf": np.array([s.ctx_tokens > 0 for s in S])}
+
+
+def _model_dict(m) -> dict:
+    return {"mape": m.mape, "p99_coverage": m.p99_coverage, "tile": m.tile, "steps": m.steps_used,
+            "coefficients": m.coefficients(),
+            "identified": {k: v["identified"] for k, v in m.identified.items()},
+            "reasons": {k: v["reason"] for k, v in m.identified.items() if not v["identified"]}}
+
+
+def _pair_noise(t: np.ndarray, f: dict) -> tuple[int, float]:
+    """Mean |t_i / t_{i-1} - 1| / sqrt(2) over back-to-back decode-only steps of the same composition."""
+    dec, kv, pf = f["dec"], f["kv"], f["pf"]
+    ok = (~pf[1:]) & (~pf[:-1]) & (dec[1:] == dec[:-1]) & (np.abs(kv[1:] - kv[:-1]) <= 0.02 * kv[:-1] + dec[:-1] + 2)
+    if not ok.any():
+        return 0, float("nan")
+    r = t[1:][ok] / t[:-1][ok]
+    return int(ok.sum()), float(np.mean(np.abs(r - 1)) / np.sqrt(2))
+
+
+def run_policy(policy: str, budget: int | None, duration: float, out: Path, seed: int, threads: int) -> dict:
+    import stallscope
+    from stallscope.analyze import Options, parse_slo, prepare
+    from stallscope.capture.runner import CaptureSpec, capture
+    from stallscope.recommend import observe
+    from stallscope.recommend.fit import Observations, fit
+
+    load0 = _loadavg()
+    w0, c0 = time.perf_counter(), time.process_time()
+    res = capture(CaptureSpec(policy=policy, budget=budget, duration_s=duration, incident=INCIDENT, seed=seed,
+                              threads=threads), out)
+    cap_wall, cap_cpu = time.perf_counter() - w0, time.process_time() - c0
+    load1 = _loadavg()
+    store = stallscope.open(":memory:")
+    rep = store.ingest([out])
+    prepare(store.con, Options(slo=parse_slo("ttft=1s,itl=100ms")))
+    obs, info = observe.step_observations(store.con)
+    m = fit(obs)
+    f = _features(res)
+    rows = store.con.sql("SELECT decode_seqs, tokens, kv_tokens_read, attention_units, step_ms FROM recommend_step_obs "
+                         "ORDER BY source_id, step_index").fetchnumpy()
+    n = len(f["dec"])
+    truth = {}
+    if len(rows["step_ms"]) == n:
+        for name, col, ref in (("decode_seqs", "decode_seqs", f["dec"]), ("tokens", "tokens", f["tok"]),
+                               ("kv_tokens_read", "kv_tokens_read", f["kv"]),
+                               ("attention_units", "attention_units", f["att"])):
+            got = np.asarray(np.ma.filled(rows[col].astype(float), np.nan))
+            truth[name] = float(np.mean(np.abs(got - ref) <= 1e-6 * np.maximum(ref, 1)))
+        st = np.asarray(rows["step_ms"], float)
+        truth["step_ms_median_rel_diff"] = float(np.median(np.abs(st / f["wall_ms"] - 1)))
+    else:
+        truth["note"] = f"the store has {len(rows['step_ms'])} observed steps, the engine ran {n}"
+    own = fit(Observations(f["cpu_ms"], f["dec"], f["tok"], f["kv"], f["att"], f["pf"]))
+    pairs, noise = _pair_noise(f["cpu_ms"], f)
+    return {"policy": policy, "budget": res.spec.resolved_budget(), "duration_s": duration,
+            "capture": {**res.summary(), "bench_wall_s": round(cap_wall, 1), "bench_cpu_s": round(cap_cpu, 1),
+                        "loadavg_1min_before": load0, "loadavg_1min_after": load1},
+            "rejects": int(sum(r.rejected for r in rep)),
+            "fit": _model_dict(m), "observation_bases": {k: info.get(k) for k in ("kv_basis", "composition_basis")},
+            "engine_truth_match": truth,
+            "machine": {"fit_on_engine_features_thread_cpu": _model_dict(own),
+                        "same_composition_pairs": pairs, "back_to_back_noise": noise,
+                        "on_core_share": float(f["cpu_ms"].sum() / f["wall_ms"].sum())}}
+
+
+def _print(r: dict) -> None:
+    c, fm, mc = r["capture"], r["fit"], r["machine"]
+    print(f"\n== {r['policy']} budget {r['budget']}: {c['steps']} steps, {c['requests']} requests, capture "
+          f"{c['bench_wall_s']} s wall / {c['bench_cpu_s']} s CPU, load {c['loadavg_1min_before']} -> "
+          f"{c['loadavg_1min_after']}, on a core {mc['on_core_share']:.0%} of the step wall time, rejects {r['rejects']}")
+    print(f"   held-out MAPE {fm['mape']:.3f}   p99 coverage {fm['p99_coverage']:.3f}   tile {fm['tile']}")
+    for k, v in fm["coefficients"].items():
+        why = "" if fm["identified"][k] else f"   (not identified: {fm['reasons'][k]})"
+        print(f"   {k:24s} {v:12.6g} {'identified' if fm['identified'][k] else ''}{why}")
+    print(f"   store vs engine truth (share of steps exactly equal): {r['engine_truth_match']}")
+    own = mc["fit_on_engine_features_thread_cpu"]
+    print(f"   engine's own features, thread CPU time: MAPE {own['mape']:.3f}, coverage {own['p99_coverage']:.3f}; "
+          f"back-to-back noise {mc['back_to_back_noise']:.3f} ({mc['same_composition_pairs']} pairs)")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=25.0, help="seconds of arrivals per capture")
+    ap.add_argument("--policies", default="chunked:256,unchunked",
+                    help="comma list of POLICY[:BUDGET] (default chunked:256,unchunked)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads of the capture")
+    ap.add_argument("--out", type=Path, help="keep the captures here (default: a temporary directory)")
+    ap.add_argument("--json", type=Path, help="write the results as JSON")
+    a = ap.parse_args(argv)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        base = a.out or Path(tmp)
+        for item in a.policies.split(","):
+            pol, _, b = item.partition(":")
+            r = run_policy(pol, int(b) if b else None, a.duration, base / item.replace(":", "-"), a.seed, a.threads)
+            _print(r)
+            results.append(r)
+    if a.json:
+        a.json.write_text(json.dumps(results, indent=1, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
