@@ -3,10 +3,8 @@ report.html with figures, fleet.json, one PNG per figure, and a rich terminal su
 stallscope.fleet.rollup read from the fleet_*.sql views and computes nothing of its own."""
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +14,7 @@ from matplotlib.figure import Figure
 
 from ..errors import StallscopeError
 from ..report import figures as RF
-from ..report.page import Bullets, Heading, Image, Para, Table, _ticks, clip, num, to_html, to_markdown
+from ..report.page import Bullets, Heading, Image, Para, Table, _ticks, clip, num, pct, to_html, utc, to_markdown
 from .rollup import TOP, open_lake, rollup
 
 # Above this many replicas the bar chart drops its per-replica tick labels (they would overprint).
@@ -43,16 +41,6 @@ class FleetReport:
     files: dict[str, Path] = field(default_factory=dict)
     blocks: list = field(default_factory=list)
     fleet: dict = field(default_factory=dict)
-
-
-def _utc(ns) -> str:
-    if ns is None:
-        return "-"
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _pct(v) -> str:
-    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{100 * v:.1f}%"
 
 
 def _n(v, noun: str) -> str:
@@ -128,7 +116,7 @@ def lost_over_time(fleet: dict) -> Figure:
     top = max(np.nanmax(good), np.nanmax(lost))
     if top > 0:
         ax.set_ylim(0, top * 1.2)
-    ax.set_xlabel(f"time since {_utc(t0)} (s)")
+    ax.set_xlabel(f"time since {utc(t0)} (s)")
     ax.legend(loc="upper right", fontsize=9)
     ax.grid(alpha=0.3)
     return fig
@@ -144,7 +132,7 @@ def _page(f: dict, img: dict, top: int) -> list:
     b.append(Para([f"Lake {clip(f.get('lake'), 200)}: {_n(s.get('pools'), 'pool')}, {_n(s.get('replicas'), 'replica')}, "
                    f"{_n(s.get('windows'), 'window')}; {num(s.get('shards_done'))} of "
                    f"{num(s.get('shards_total'))} shards analysed, {num(s.get('shards_failed'))} failed; "
-                   f"{_utc(s.get('start_ns'))} to {_utc(s.get('end_ns'))}."]))
+                   f"{utc(s.get('start_ns'))} to {utc(s.get('end_ns'))}."]))
     if s.get("slo_sets") and s["slo_sets"] > 1:
         b.append(Para([("b", f"The shards were judged against {num(s['slo_sets'])} different SLO sets"),
                        f" (the most common: {clip(s.get('slo'), 200) or 'none'}): their goodputs count different "
@@ -153,10 +141,10 @@ def _page(f: dict, img: dict, top: int) -> list:
     b.append(Bullets([
         [("b", "Fleet goodput"), " ", f"{num(s.get('goodput_rps'), 3)} req/s (the sum over the shards of each "
          "window, averaged over windows by their span)."],
-        [("b", "Lost goodput"), " ", f"{num(s.get('goodput_lost_rps'), 3)} req/s ({_pct(s.get('lost_share'))} of "
+        [("b", "Lost goodput"), " ", f"{num(s.get('goodput_lost_rps'), 3)} req/s ({pct(s.get('lost_share'))} of "
          f"the {num(s.get('goodput_counterfactual_rps'), 3)} req/s the fleet would reach without prefill-decode "
          f"interference; {num(s.get('requests_lost'))} requests)."],
-        [("b", "Attainment"), " ", f"{_pct(s.get('attainment'))} of {num(s.get('requests_total'))} judged requests "
+        [("b", "Attainment"), " ", f"{pct(s.get('attainment'))} of {num(s.get('requests_total'))} judged requests "
          f"good (SLOs: {clip(s.get('slo'), 200) or 'none'}); {num(s.get('spike_count'))} decode-gap spikes, the worst "
          f"{num(s.get('worst_gap_ms'), 1)} ms."],
     ]))
@@ -165,8 +153,8 @@ def _page(f: dict, img: dict, top: int) -> list:
         b.append(Table(["pool", "replicas", "shards", "requests", "attainment", "goodput (req/s)",
                         "without interference (req/s)", "lost (req/s)", "lost share", "spikes", "worst gap (ms)"],
                        [[clip(p["pool"]), num(p["replicas"]), num(p["shards"]), num(p["requests_total"]),
-                         _pct(p["attainment"]), num(p["goodput_rps"], 3), num(p["goodput_counterfactual_rps"], 3),
-                         num(p["goodput_lost_rps"], 3), _pct(p["lost_share"]), num(p["spike_count"]),
+                         pct(p["attainment"]), num(p["goodput_rps"], 3), num(p["goodput_counterfactual_rps"], 3),
+                         num(p["goodput_lost_rps"], 3), pct(p["lost_share"]), num(p["spike_count"]),
                          num(p["worst_gap_ms"], 1)] for p in pools],
                        [False] + [True] * 10))
     b.append(img["goodput_by_replica"])
@@ -193,7 +181,7 @@ def _replicas(f: dict, b: list, top: int) -> None:
     b.append(Table(["rank", "pool", "replica", "requests", "attainment", "goodput (req/s)", "lost (req/s)",
                     "spikes", "worst gap (ms)", "interference (GPU-s)"],
                    [[num(r["lost_rank"]), clip(r["pool"]), clip(r["replica"]), num(r["requests_total"]),
-                     _pct(r["attainment"]), num(r["goodput_rps"], 3), num(r["goodput_lost_rps"], 3),
+                     pct(r["attainment"]), num(r["goodput_rps"], 3), num(r["goodput_lost_rps"], 3),
                      num(r["spike_count"]), num(r["worst_gap_ms"], 1), num(r["interference_gpu_s"], 2)]
                     for r in shown], [True, False, False] + [True] * 7))
 
@@ -204,7 +192,7 @@ def _windows(f: dict, b: list) -> None:
         return
     b.append(Table(["window", "start", "replicas", "requests", "goodput (req/s)", "lost (req/s)", "spikes",
                     "worst gap (ms)"],
-                   [[clip(w["window"]), _utc(w["start_ns"]), num(w["replicas"]), num(w["requests_total"]),
+                   [[clip(w["window"]), utc(w["start_ns"]), num(w["replicas"]), num(w["requests_total"]),
                      num(w["goodput_rps"], 3), num(w["goodput_lost_rps"], 3), num(w["spike_count"]),
                      num((w["worst_gap_ns"] or 0) / 1e6 if w["worst_gap_ns"] is not None else None, 1)]
                     for w in ws], [False, False] + [True] * 6))
@@ -222,11 +210,11 @@ def _events(f: dict, b: list) -> None:
                    ("code", "fleet_stall_events"), ")."]))
     b.append(Table(["#", "pool", "replica", "when", "worst gap (ms)", "x baseline", "requests hit", "evidence",
                     "prefill share", "culprit", "culprit prompt (tokens)", "culprit prefill (ms)"],
-                   [[num(e["fleet_rank"]), clip(e["pool"]), clip(e["replica"]), _utc(e["start_ns"]),
+                   [[num(e["fleet_rank"]), clip(e["pool"]), clip(e["replica"]), utc(e["start_ns"]),
                      num(e["worst_gap_ms"], 1),
                      num(e["worst_gap_ms"] / e["baseline_ms"], 1) if e["baseline_ms"] and e["worst_gap_ms"] else "-",
                      num(e["requests_hit"]) if e["requests_hit"] else "step-level", clip(e["evidence"]),
-                     _pct(e["share"]), clip(e["culprit_id"]), num(e["culprit_prompt_tokens"]),
+                     pct(e["share"]), clip(e["culprit_id"]), num(e["culprit_prompt_tokens"]),
                      num(e["culprit_overlap_ms"], 1)] for e in ev],
                    [True, False, False, False, True, True, True, False, True, False, True, True]))
 

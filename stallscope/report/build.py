@@ -3,16 +3,14 @@
 or a SQL view; nothing here computes a statistic of its own."""
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import orjson
 
 from . import figures as F
-from .page import Bullets, Heading, Image, Para, Table, _ticks, clip, num, to_html, to_markdown
+from .page import Bullets, Heading, Image, Para, Table, _ticks, clip, num, pct, to_html, utc, to_markdown
 
 TOP = 10
 
@@ -33,16 +31,6 @@ def _rows(con, sql: str) -> list[dict]:
         return []
     cols = rel.columns
     return [dict(zip(cols, r)) for r in rel.fetchall()]
-
-
-def _utc(ns) -> str:
-    if ns is None:
-        return "-"
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _pct(v) -> str:
-    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{100 * v:.1f}%"
 
 
 def build(store, analysis: dict, out_dir: str | Path, *, include_prompts: bool = False,
@@ -90,7 +78,7 @@ def _page(con, a: dict, img: dict, include_prompts: bool, top: int, rep: Report)
         GROUP BY key""")}
     w = a.get("window") or {}
     b.append(Heading(1, "stallscope incident report"))
-    facts = [f"Window {_utc(w.get('start_ns'))} to {_utc(w.get('end_ns'))} ({num(w.get('duration_s'), 1)} s)"]
+    facts = [f"Window {utc(w.get('start_ns'))} to {utc(w.get('end_ns'))} ({num(w.get('duration_s'), 1)} s)"]
     if cfg.get("model"):
         facts.append(f"model {clip(cfg['model'])}")
     if cfg.get("engine"):
@@ -124,8 +112,8 @@ def _headline(con, a: dict, b: list) -> None:
          ("b", f"{num(h.get('tokens_per_s'), 0)} output tokens/s"),
          f" ({'requests' if h.get('basis') == 'requests' else 'traced decode tokens'} over "
          f"{num(h.get('duration_s'), 1)} s)."],
-        [("b", "Attainment"), " ", f"{_pct(a.get('attainment'))} of {num(req.get('total'))} requests good "
-         f"(target {_pct(slo.get('attainment'))}: "
+        [("b", "Attainment"), " ", f"{pct(a.get('attainment'))} of {num(req.get('total'))} requests good "
+         f"(target {pct(slo.get('attainment'))}: "
          f"{'n/a' if met is None else 'met' if met else 'missed'}); SLOs: {slo_txt}; "
          f"{num(req.get('failed'))} failed."],
         [("b", "Lost goodput"), " ", f"{num(a.get('goodput_lost_rps'), 3)} req/s: without prefill-decode interference "
@@ -141,7 +129,7 @@ def _headline(con, a: dict, b: list) -> None:
     if att:
         b.append(Table(["SLO", "threshold (ms)", "requests", "met", "attainment"],
                        [[r["slo"].upper(), num(r["threshold_ms"], 1), num(r["requests"]), num(r["met"]),
-                         _pct(r["attainment"])] for r in att], [False, True, True, True, True]))
+                         pct(r["attainment"])] for r in att], [False, True, True, True, True]))
 
 
 def _stalls(con, a: dict, b: list, top: int, rep: Report) -> None:
@@ -162,11 +150,11 @@ def _stalls(con, a: dict, b: list, top: int, rep: Report) -> None:
     rows = []
     for e in ev:
         rows.append([
-            num((e["start_ns"] - t0) / 1e9, 2) if t0 is not None and e["start_ns"] is not None else _utc(e["start_ns"]),
+            num((e["start_ns"] - t0) / 1e9, 2) if t0 is not None and e["start_ns"] is not None else utc(e["start_ns"]),
             num(e["worst_gap_ms"], 1), num(e["worst_gap_ms"] / e["baseline_ms"], 1)
             if e["baseline_ms"] and e["worst_gap_ms"] is not None else "-",
             num(e["requests_hit"]) if e["requests_hit"] else "step-level", num(e["stalled_decodes"]),
-            clip(e["evidence"]), num(e["prefill_ms"], 1), _pct(e["share"]), num(e["step_index"]),
+            clip(e["evidence"]), num(e["prefill_ms"], 1), pct(e["share"]), num(e["step_index"]),
             clip(e["culprit_id"]) if e["culprit_id"] else "-", num(e["culprit_prompt_tokens"]),
             num(e["culprit_overlap_ms"], 1)])
     b.append(Table(["when (s)", "worst gap (ms)", "x baseline", "requests hit", "stalled decodes", "evidence",
@@ -224,8 +212,8 @@ def _recommendation(a: dict, b: list, img: dict) -> None:
     if model:
         coefs = model.get("coefficients") or {}
         items.append(["Step-time model: " + ", ".join(f"{clip(k, 40)} = {num(v, 6)}" for k, v in coefs.items())
-                      + f"; held-out MAPE {_pct(model.get('mape'))}, p99 band coverage "
-                      f"{_pct(model.get('p99_coverage'))}, {num(model.get('steps_used'))} steps."])
+                      + f"; held-out MAPE {pct(model.get('mape'))}, p99 band coverage "
+                      f"{pct(model.get('p99_coverage'))}, {num(model.get('steps_used'))} steps."])
         ident = model.get("identified") or {}
         why = model.get("unidentified_reasons") or {}
         unident = [f"{clip(k, 40)} ({clip(why.get(k) or 'no reason given', 120)})" for k, v in ident.items()
@@ -277,7 +265,7 @@ def _inputs(con, a: dict, b: list, include_prompts: bool) -> None:
         b.append(Table(["run of", "line", "requests", "good", "goodput (req/s)", "lost (req/s)", "attainment"],
                        [[clip(os.path.basename(r.get("source") or ""), 80), num(r.get("run_line")),
                          num(r.get("total")), num(r.get("good")), num(r.get("goodput_rps"), 3),
-                         num(r.get("goodput_lost_rps"), 3), _pct(r.get("attainment"))] for r in runs[:50]],
+                         num(r.get("goodput_lost_rps"), 3), pct(r.get("attainment"))] for r in runs[:50]],
                        [False, True, True, True, True, True, True]))
 
 

@@ -11,6 +11,7 @@ import html
 import math
 import re
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 CLIP = 96  # characters of an input string shown in a table cell
 
@@ -70,6 +71,18 @@ def num(v, digits: int = 1, unit: str = "") -> str:
     if not math.isfinite(f):
         return "-"
     return f"{f:,.{digits}f}{unit}"
+
+
+def utc(ns) -> str:
+    """An int64 ns instant as UTC wall time for display; missing reads as '-'."""
+    if ns is None:
+        return "-"
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def pct(v) -> str:
+    """A fraction as a percentage for display; missing, NaN and infinite values read as '-'."""
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{100 * v:.1f}%"
 
 
 def _ticks(text: str) -> list:
