@@ -6,7 +6,8 @@ Two lakes of the same fleet, built independently of each other:
 - ray: `--engine ray` on the fleet directory cut by `--window 10m` (the planner decides the windows), with a
   corrupt file and a worker killed mid-task, then the file removed and a re-run.
 Identical lakes therefore mean both that the engines agree and that the window cut put every file where it
-belongs; the local lake is checked against the `stallscope analyze --json` CLI on three shards."""
+belongs; the local lake is checked against the `stallscope analyze --json` CLI on three shards, and against
+an in-process `analyze` of each of the 16 shards' files alone."""
 from __future__ import annotations
 
 import json
@@ -230,3 +231,23 @@ def _relative(rows):
             return [cut(x) for x in v]
         return v
     return [tuple(cut(v) for v in r) for r in rows]
+
+
+def test_every_shard_equals_analyze_of_its_files_alone(local_lake, fleet):
+    """All 16 shards: a fresh store per run directory of the generator (no fleet code: the files as written, one
+    window each), analysed in process; goodput, lost goodput and spike count equal the lake's row."""
+    import stallscope
+    from stallscope.analyze import Options, analyze, parse_slo
+
+    _, reps = fleet
+    lake = _goodput(local_lake)
+    checked = 0
+    for rep in reps:
+        for w, run_dir in enumerate(rep.runs):
+            with stallscope.open(":memory:") as s:
+                s.ingest(run_dir)
+                ref = _as_row(analyze(s.con, Options(slo=parse_slo(SLO), report_views=False)))
+            got = lake[f"{rep.pool}~{rep.replica}~{rep.windows[w]}"]
+            assert {k: got[k] for k in GOODPUT_FIELDS} == ref, (rep.replica, w)
+            checked += 1
+    assert checked == len(lake) == 16
