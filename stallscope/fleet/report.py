@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from ..errors import StallscopeError
@@ -53,24 +52,14 @@ def _budget(v) -> str:
 
 
 # -- figures ------------------------------------------------------------------------------------------------------
-def _figure() -> tuple[Figure, object]:
-    fig = Figure(figsize=(RF.WIDTH_IN, RF.HEIGHT_IN), dpi=RF.DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots()
-
-
-def _note(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=11, color="#555555")
-
-
 def goodput_by_replica(fleet: dict) -> Figure:
     reps = fleet.get("replicas") or []
-    fig, ax = _figure()
+    fig, (ax,) = RF.new_figure()
     ax.set_title(TITLES["goodput_by_replica"])
     ax.set_ylabel("goodput (requests/s)")
     if not reps:
         ax.set_xticks([])
-        _note(ax, "No analysed shard in the lake: nothing to draw.")
+        RF.centred_note(ax, "No analysed shard in the lake: nothing to draw.")
         return fig
     pools = sorted({r["pool"] for r in reps})
     color = {p: _POOL_COLORS[i % len(_POOL_COLORS)] for i, p in enumerate(pools)}
@@ -98,12 +87,12 @@ def goodput_by_replica(fleet: dict) -> Figure:
 
 def lost_over_time(fleet: dict) -> Figure:
     rows = fleet.get("lost_over_time") or []
-    fig, ax = _figure()
+    fig, (ax,) = RF.new_figure()
     ax.set_title(TITLES["lost_over_time"])
     ax.set_ylabel("requests/s (fleet)")
     if not rows:
         ax.set_xticks([])
-        _note(ax, "No judged request with a completion time in the lake: nothing to draw.")
+        RF.centred_note(ax, "No judged request with a completion time in the lake: nothing to draw.")
         return fig
     t0 = rows[0]["t_ns"]
     t = np.array([(r["t_ns"] - t0) / 1e9 for r in rows])

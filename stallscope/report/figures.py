@@ -74,7 +74,7 @@ def _ensure_views(con, analysis: dict | None) -> None:
     prepare(con, opts)
 
 
-def _new(rows: int = 1, height_ratios=None, height: float = HEIGHT_IN) -> tuple[Figure, list]:
+def new_figure(rows: int = 1, height_ratios=None, height: float = HEIGHT_IN) -> tuple[Figure, list]:
     fig = Figure(figsize=(WIDTH_IN, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(rows, 1, sharex=rows > 1, squeeze=False,
@@ -82,19 +82,19 @@ def _new(rows: int = 1, height_ratios=None, height: float = HEIGHT_IN) -> tuple[
     return fig, list(axes)
 
 
-def _note(ax, text: str) -> None:
+def centred_note(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=11, color="#555555",
             wrap=True)
 
 
 def _unavailable(title: str, reason: str, xlabel: str, ylabel: str) -> Figure:
-    fig, (ax,) = _new()
+    fig, (ax,) = new_figure()
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_xticks([])
     ax.set_yticks([])
-    _note(ax, reason)
+    centred_note(ax, reason)
     fig.stallscope_missing = reason
     return fig
 
@@ -156,7 +156,7 @@ def timeline(store, analysis: dict | None = None) -> Figure:
     steps = _arrays(con, """SELECT start_ns, end_ns, step_ms, coalesce(prefill_tokens, assigned_tokens) AS tokens,
                                    prefill_gpu_ms FROM report_steps ORDER BY end_ns""")
     step_gaps = _arrays(con, "SELECT end_ns, gap_ns / 1e6 AS gap_ms FROM step_gaps WHERE gap_ns > 0 ORDER BY end_ns")
-    fig, (ax, axp) = _new(2, height_ratios=[3, 1.3], height=6.0)
+    fig, (ax, axp) = new_figure(2, height_ratios=[3, 1.3], height=6.0)
     ax.set_title(title)
     drawn = False
     if n_client and n_client <= MAX_POINTS:
@@ -229,7 +229,7 @@ def _prefill_panel(con, axp, steps: dict, t0: int) -> None:
         axp.set_ylabel("prompt tokens\n(inferred prefill)")
         return
     axp.set_ylabel("prefill")
-    _note(axp, "no prefill evidence: the traced steps carry no prefill tokens or prefill/decode kernel split, "
+    centred_note(axp, "no prefill evidence: the traced steps carry no prefill tokens or prefill/decode kernel split, "
                "and no request timings cover the window" if steps["end_ns"].size else
           "no prefill evidence: no traced steps and no request timings")
 
@@ -254,7 +254,7 @@ def throughput(store, analysis: dict | None = None) -> Figure:
                             "time (s)", "tokens/s")
     t0 = _origin(con, analysis) or int(span[0])
     x = (d["bin_start_ns"] + bin_s * 1e9 - t0) / 1e9
-    fig, (ax,) = _new()
+    fig, (ax,) = new_figure()
     ax.set_title(f"{title} (rolling {window_bins * bin_s:.3g} s)")
     ax.plot(x, d["tokens_per_s"], color="#4a6fa5", lw=1.6, label="output tokens/s", gid="tokens_per_s")
     ax.set_ylabel("output tokens/s", color="#4a6fa5")
@@ -266,7 +266,7 @@ def throughput(store, analysis: dict | None = None) -> Figure:
         ax2.plot(x, d["completed_rps"], color="#2a9d4a", lw=1, ls=":", alpha=0.8, label="completed req/s")
         ax2.set_ylim(bottom=0)
     else:
-        _note(ax2, "goodput not available: no judged requests (a trace alone has no request timings)")
+        centred_note(ax2, "goodput not available: no judged requests (a trace alone has no request timings)")
     ax2.set_ylabel("requests/s", color="#2a9d4a")
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
@@ -283,7 +283,7 @@ def itl_cdf(store, analysis: dict | None = None) -> Figure:
     d = _arrays(con, "SELECT * FROM report_gap_cdf WHERE value_ms > 0")
     if not d["series"].size:
         return _unavailable(title, "no gaps: no streamed requests and no traced steps", "gap (ms)", "fraction")
-    fig, (ax,) = _new()
+    fig, (ax,) = new_figure()
     ax.set_title(title)
     names = {"itl": ("streamed-chunk gap (ITL)", "#4a6fa5"), "tpot": ("request mean TPOT", "#7b3fbf"),
              "step_gap": ("engine step gap", "#555555")}
@@ -319,7 +319,7 @@ def ttft(store, analysis: dict | None = None) -> Figure:
     d = _arrays(con, f"""SELECT prompt_tokens, ttft_ms, verdict FROM (
         SELECT * FROM report_requests WHERE ttft_ms IS NOT NULL AND prompt_tokens IS NOT NULL
           AND isfinite(ttft_ms)) {sample}""")
-    fig, (ax,) = _new()
+    fig, (ax,) = new_figure()
     ax.set_title(title + (f" ({SAMPLE_POINTS:,} of {n:,} sampled)" if sample else ""))
     for v, color in VERDICT_COLORS.items():
         m = d["verdict"] == v
@@ -357,7 +357,7 @@ def step_time(store, analysis: dict | None = None) -> Figure:
                                 kv_tokens_read, coalesce(prefill_tokens, assigned_tokens, 0) AS prefill_tokens,
                                 attention_units, coalesce(phase, 'unknown') AS phase
                          FROM (SELECT * FROM report_steps WHERE isfinite(step_ms) AND step_ms >= 0) {sample}""")
-    fig, (ax,) = _new()
+    fig, (ax,) = new_figure()
     ax.set_title(title + (f" ({SAMPLE_POINTS:,} of {n:,} steps sampled)" if sample else ""))
     colors = {"decode": "#4a6fa5", "prefill": "#e76f51", "mixed": "#7b3fbf", "empty": "#9a9a9a", "unknown": "#555555"}
     for ph, color in colors.items():
@@ -386,7 +386,7 @@ def step_time(store, analysis: dict | None = None) -> Figure:
             ax.text(0.99, 0.02, "model: " + ", ".join(bits), transform=ax.transAxes, ha="right", va="bottom",
                     fontsize=8, color="#333333")
     if not (d["tokens"] > 0).any():
-        _note(ax, "the traced steps carry no prefill token counts (no batch-composition annotation, no requests "
+        centred_note(ax, "the traced steps carry no prefill token counts (no batch-composition annotation, no requests "
                   "to assign chunks to)")
     if not (isinstance(coefs, dict) and coefs):
         ax.text(0.99, 0.02, "fitted step-time model: not computed (no recommendation)", transform=ax.transAxes,
@@ -411,7 +411,7 @@ def chunk_goodput(store=None, analysis: dict | None = None) -> Figure:
         return np.array([float(r[key]) if isinstance(r.get(key), (int, float)) else np.nan for r in rows])
 
     x, y, lo, hi = col("chunk_tokens"), col("goodput_rps"), col("lo"), col("hi")
-    fig, (ax,) = _new()
+    fig, (ax,) = new_figure()
     ax.set_title(title)
     finite = np.isfinite(x)
     order = np.argsort(x[finite])
