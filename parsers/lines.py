@@ -74,7 +74,7 @@ def iter_line_frames(inp: InputFile, block_bytes: int = BLOCK_BYTES) -> Iterator
         yield frame_lines(carry + b"\n", line_no)
 
 
-def prefetch(frames: Iterator, depth: int = 2) -> Iterator:
+def prefetch(frames: Iterator, depth: int = 1) -> Iterator:
     """Read and split the next frames in a background thread while this one is parsed (numpy, Arrow and polars
     release the GIL, so reading overlaps parsing on a second core). At most `depth` frames wait in memory."""
     q: queue.Queue = queue.Queue(maxsize=depth)

@@ -15,8 +15,9 @@ from .lines import iter_line_frames, prefetch
 
 MSG_MAX = 4096  # characters of a message kept in log_events
 # Bytes per frame: a frame's derived text columns (cleaned line, rest, message, spans, ...) hold several copies of
-# it, so peak memory grows with the frame, not the file; 8 MB keeps the per-frame fixed cost small too.
-FRAME_BYTES = 8 << 20
+# it and ~4 frames are in flight (read ahead, carried, worked on by two threads), so the peak grows ~30 MB per MB of
+# frame (TGI/SGLang at 200 MB: 8 MB frames 780 MB peak RSS, 4 MB 550 MB, at the same CPU-s; 2 MB costs CPU).
+FRAME_BYTES = 4 << 20
 
 
 ANSI_RX = X.ANSI_RX
@@ -116,7 +117,7 @@ class BufferedWrites:
     tables a few thousand rows each). Everything else is the context's own; `flush()` before reading the tables."""
 
     FLUSH_ROWS = 250_000
-    FLUSH_BYTES = 24 << 20  # memory held per table before an insert
+    FLUSH_BYTES = 8 << 20  # memory held per table before an insert (an insert costs a few ms: 8 MB amortises it)
 
     def __init__(self, ctx: ParseContext):
         self._ctx = ctx

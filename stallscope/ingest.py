@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import InputError, StallscopeError
-from .memory import arrow_pool
+from .memory import arrow_pool, store_memory
 from .parsers import InputFile, Options, ParseContext, Parser, all_parsers, detect
 from .schema import TABLES
 
@@ -206,22 +206,8 @@ def ingest_paths(store, paths: list[Path], *, options: Options | None = None,
                 results.append(IngestResult(str(f), "skipped", message=f"not an input: {_one_line(e)}"))
     planned.sort(key=lambda x: x[1].order)
     touched: dict[str, Parser] = {}
-    for inp, parser, fmt in planned:
-        progress = on_file(inp.path, inp.size) if on_file else None
-        try:
-            r = ingest_one(store, inp, parser, fmt, options, progress)
-        except StallscopeError as e:
-            r = IngestResult(str(inp.path), "failed", fmt, parser.name, message=_one_line(e))
-        except KeyboardInterrupt:
-            raise
-        except Exception as e:  # a parser bug must not take the other files down, nor print a traceback
-            r = IngestResult(str(inp.path), "failed", fmt, parser.name,
-                             message=internal_failure(str(inp.path), parser.name, "loading it into the store", e))
-        if r.status in ("ingested", "replaced"):
-            touched[parser.name] = parser
-        results.append(r)
-        if on_result:
-            on_result(r)
+    with store_memory(store.con):  # DuckDB's memory stops growing with the file (stallscope.memory)
+        _load_all(store, planned, options, on_file, on_result, results, touched)
     notes: list[str] = []
     if touched:
         new_ids = [r.source_id for r in results if r.status in ("ingested", "replaced")]
@@ -238,6 +224,27 @@ def ingest_paths(store, paths: list[Path], *, options: Options | None = None,
                 notes.append(f"{p.name}: cross-source step (clock alignment) skipped after an internal error; "
                              f"the files themselves are in{_debug_detail(e)}")
     return IngestReport(results, notes)
+
+
+def _load_all(store, planned, options, on_file, on_result, results: list[IngestResult],
+              touched: dict[str, Parser]) -> None:
+    """Each planned file in its own transaction; failures become results, never exceptions."""
+    for inp, parser, fmt in planned:
+        progress = on_file(inp.path, inp.size) if on_file else None
+        try:
+            r = ingest_one(store, inp, parser, fmt, options, progress)
+        except StallscopeError as e:
+            r = IngestResult(str(inp.path), "failed", fmt, parser.name, message=_one_line(e))
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # a parser bug must not take the other files down, nor print a traceback
+            r = IngestResult(str(inp.path), "failed", fmt, parser.name,
+                             message=internal_failure(str(inp.path), parser.name, "loading it into the store", e))
+        if r.status in ("ingested", "replaced"):
+            touched[parser.name] = parser
+        results.append(r)
+        if on_result:
+            on_result(r)
 
 
 def internal_failure(path: str, parser: str, place: str, e: BaseException) -> str:

@@ -7,6 +7,11 @@ fewer but costlier page faults. So an ingest allocates Arrow memory from pyarrow
 
 Between phases (`release_freed`): memory one phase freed is never reused by the next, and only raises the
 peak RSS, so it is handed back to the OS.
+
+DuckDB's share (`store_memory`): a source is loaded in one transaction, and DuckDB keeps the rows appended in it
+in its buffer pool until the commit, so by default its memory grows with the file (~0.5x a TGI log's size). The
+appended row groups are already written to the store file (optimistic writes), so a small memory_limit while
+loading only makes DuckDB drop them from memory: the peak stops growing with the file, at no measurable CPU cost.
 """
 from __future__ import annotations
 
@@ -46,6 +51,31 @@ def arrow_pool():
         yield
     finally:
         pa.set_memory_pool(previous)
+
+
+INGEST_DUCKDB_BYTES = 64 << 20  # DuckDB's memory_limit while sources are loaded (`store_memory`)
+
+
+@contextmanager
+def store_memory(con, limit_bytes: int = INGEST_DUCKDB_BYTES):
+    """DuckDB's memory_limit is `limit_bytes` for the duration, then its default again. A limit the user set on
+    this connection is theirs and kept as is. DuckDB spills what does not fit (to the store file, or its temp
+    directory for a query's intermediates)."""
+    import duckdb
+
+    setting = "SELECT current_setting('memory_limit')"
+    # The default, as a fresh database prints it (DuckDB prints a limit rounded down, so a user's own value
+    # cannot be read back and set again exactly: it is left alone instead).
+    with duckdb.connect() as fresh:
+        default = fresh.execute(setting).fetchone()[0]
+    if con.execute(setting).fetchone()[0] != default:
+        yield
+        return
+    con.execute(f"SET memory_limit = '{int(limit_bytes)}B'")
+    try:
+        yield
+    finally:
+        con.execute("RESET memory_limit")
 
 
 def release_freed() -> None:

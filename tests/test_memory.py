@@ -34,3 +34,34 @@ def test_a_pool_chosen_by_the_user_is_kept(monkeypatch):
     before = pa.default_memory_pool().backend_name
     with arrow_pool():
         assert pa.default_memory_pool().backend_name == before
+
+
+def test_store_memory_bounds_duckdb_while_loading_and_restores_the_limit(tmp_path):
+    import duckdb
+
+    from stallscope.memory import INGEST_DUCKDB_BYTES, store_memory
+
+    con = duckdb.connect(str(tmp_path / "s.duckdb"))
+    limit = "SELECT current_setting('memory_limit')"
+    default = con.execute(limit).fetchone()[0]
+    with pytest.raises(RuntimeError):
+        with store_memory(con):
+            assert con.execute(limit).fetchone()[0] == f"{INGEST_DUCKDB_BYTES >> 20}.0 MiB"
+            raise RuntimeError("parser failed")
+    assert con.execute(limit).fetchone()[0] == default
+    con.execute("SET memory_limit = '3GB'")  # a user's own limit is theirs: kept while loading too
+    mine = con.execute(limit).fetchone()[0]
+    with store_memory(con):
+        assert con.execute(limit).fetchone()[0] == mine
+    assert con.execute(limit).fetchone()[0] == mine
+
+
+def test_an_ingest_leaves_the_store_memory_limit_as_it_found_it(tmp_path):
+    import stallscope
+
+    log = tmp_path / "tgi.log"
+    log.write_text('2024-02-14T10:00:00.000000Z  INFO text_generation_router: router/src/main.rs:1: Connected\n')
+    with stallscope.open(tmp_path / "s.duckdb") as s:
+        before = s.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+        s.ingest([log])
+        assert s.con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == before
