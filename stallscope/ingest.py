@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import InputError, StallscopeError
-from .memory import arrow_pool, store_memory
+from .memory import arrow_pool, out_of_memory, store_memory
 from .parsers import InputFile, Options, ParseContext, Parser, all_parsers, detect
 from .schema import TABLES
 
@@ -206,8 +206,8 @@ def ingest_paths(store, paths: list[Path], *, options: Options | None = None,
                 results.append(IngestResult(str(f), "skipped", message=f"not an input: {_one_line(e)}"))
     planned.sort(key=lambda x: x[1].order)
     touched: dict[str, Parser] = {}
-    with store_memory(store.con):  # DuckDB's memory stops growing with the file (stallscope.memory)
-        _load_all(store, planned, options, on_file, on_result, results, touched)
+    with store_memory(store.con) as mem:  # DuckDB's memory stops growing with the file (stallscope.memory)
+        _load_all(store, planned, options, on_file, on_result, results, touched, mem)
     notes: list[str] = []
     if touched:
         new_ids = [r.source_id for r in results if r.status in ("ingested", "replaced")]
@@ -227,12 +227,21 @@ def ingest_paths(store, paths: list[Path], *, options: Options | None = None,
 
 
 def _load_all(store, planned, options, on_file, on_result, results: list[IngestResult],
-              touched: dict[str, Parser]) -> None:
-    """Each planned file in its own transaction; failures become results, never exceptions."""
+              touched: dict[str, Parser], mem) -> None:
+    """Each planned file in its own transaction; failures become results, never exceptions. A file whose load
+    ran out of DuckDB's ingest memory limit is loaded again without it (`stallscope.memory.StoreMemory`)."""
     for inp, parser, fmt in planned:
         progress = on_file(inp.path, inp.size) if on_file else None
         try:
-            r = ingest_one(store, inp, parser, fmt, options, progress)
+            try:
+                r = ingest_one(store, inp, parser, fmt, options, progress)
+            except Exception as e:
+                if not (out_of_memory(e) and mem.lift()):
+                    raise
+                try:
+                    r = ingest_one(store, inp, parser, fmt, options, progress)
+                finally:
+                    mem.apply()
         except StallscopeError as e:
             r = IngestResult(str(inp.path), "failed", fmt, parser.name, message=_one_line(e))
         except KeyboardInterrupt:

@@ -9,9 +9,11 @@ Between phases (`release_freed`): memory one phase freed is never reused by the 
 peak RSS, so it is handed back to the OS.
 
 DuckDB's share (`store_memory`): a source is loaded in one transaction, and DuckDB keeps the rows appended in it
-in its buffer pool until the commit, so by default its memory grows with the file (~0.5x a TGI log's size). The
-appended row groups are already written to the store file (optimistic writes), so a small memory_limit while
-loading only makes DuckDB drop them from memory: the peak stops growing with the file, at no measurable CPU cost.
+in its buffer pool until the commit, so by default its memory grows with the file (TGI: ~0.2 GB at 200 MB, ~0.5 GB
+at 1 GB). The appended row groups are already written to the store file (optimistic writes), so a memory_limit
+while loading makes DuckDB drop them from memory and the peak stops growing with the file. 64 MB cost TGI ~10% CPU
+and was too small for vLLM's own UPDATEs on a 1 GB log (out of memory); 256 MB bounds it, and a source that still
+runs out is loaded again without the limit (`StoreMemory.lift`), so the limit never fails an ingest.
 """
 from __future__ import annotations
 
@@ -53,29 +55,62 @@ def arrow_pool():
         pa.set_memory_pool(previous)
 
 
-INGEST_DUCKDB_BYTES = 64 << 20  # DuckDB's memory_limit while sources are loaded (`store_memory`)
+INGEST_DUCKDB_BYTES = 256 << 20  # DuckDB's memory_limit while sources are loaded (`store_memory`)
+
+
+class StoreMemory:
+    """DuckDB's memory_limit while sources load (`store_memory`): `lift()` gives DuckDB its default back for a
+    source whose own SQL needs more than the limit (an UPDATE over the rows it wrote cannot spill), `apply()`
+    sets the limit again for the next one. A limit the user set on the connection is theirs: never touched."""
+
+    def __init__(self, con, limit_bytes: int):
+        import duckdb
+
+        self.con, self.limit_bytes = con, limit_bytes
+        setting = "SELECT current_setting('memory_limit')"
+        # The default as a fresh database prints it (DuckDB prints a limit rounded down, so a user's own value
+        # cannot be read back and set again exactly: it is left alone instead).
+        with duckdb.connect() as fresh:
+            default = fresh.execute(setting).fetchone()[0]
+        self.ours = con.execute(setting).fetchone()[0] == default
+        self.applied = False
+
+    def apply(self) -> None:
+        if self.ours and not self.applied:
+            self.con.execute(f"SET memory_limit = '{int(self.limit_bytes)}B'")
+            self.applied = True
+
+    def lift(self) -> bool:
+        """Back to DuckDB's default; False when the limit was not ours to lift (nothing to retry)."""
+        if not self.applied:
+            return False
+        self.con.execute("RESET memory_limit")
+        self.applied = False
+        return True
+
+
+def out_of_memory(e: BaseException | None) -> bool:
+    """Whether DuckDB ran out of its memory_limit somewhere in `e`'s chain of causes."""
+    import duckdb
+
+    seen = 0
+    while e is not None and seen < 20:
+        if isinstance(e, duckdb.OutOfMemoryException):
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
 
 
 @contextmanager
 def store_memory(con, limit_bytes: int = INGEST_DUCKDB_BYTES):
-    """DuckDB's memory_limit is `limit_bytes` for the duration, then its default again. A limit the user set on
-    this connection is theirs and kept as is. DuckDB spills what does not fit (to the store file, or its temp
-    directory for a query's intermediates)."""
-    import duckdb
-
-    setting = "SELECT current_setting('memory_limit')"
-    # The default, as a fresh database prints it (DuckDB prints a limit rounded down, so a user's own value
-    # cannot be read back and set again exactly: it is left alone instead).
-    with duckdb.connect() as fresh:
-        default = fresh.execute(setting).fetchone()[0]
-    if con.execute(setting).fetchone()[0] != default:
-        yield
-        return
-    con.execute(f"SET memory_limit = '{int(limit_bytes)}B'")
+    """DuckDB's memory_limit is `limit_bytes` for the duration (`StoreMemory`), then its default again.
+    DuckDB spills what does not fit (the rows a load appended are already in the store file)."""
+    mem = StoreMemory(con, limit_bytes)
+    mem.apply()
     try:
-        yield
+        yield mem
     finally:
-        con.execute("RESET memory_limit")
+        mem.lift()
 
 
 def release_freed() -> None:

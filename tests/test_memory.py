@@ -65,3 +65,26 @@ def test_an_ingest_leaves_the_store_memory_limit_as_it_found_it(tmp_path):
         before = s.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
         s.ingest([log])
         assert s.con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == before
+
+
+def test_a_source_that_runs_out_of_the_ingest_limit_is_loaded_again_without_it(tmp_path, monkeypatch):
+    # A limit far too small for the load: the first try fails inside DuckDB, the retry without it succeeds.
+    import stallscope
+    from stallscope import memory
+
+    from stallscope import ingest
+
+    monkeypatch.setattr(ingest, "store_memory", lambda con: memory.store_memory(con, 1 << 20))
+
+    tries = []
+    real = ingest.ingest_one
+    monkeypatch.setattr(ingest, "ingest_one", lambda *a, **k: tries.append(
+        s.con.execute("SELECT current_setting('memory_limit')").fetchone()[0]) or real(*a, **k))
+    log = tmp_path / "tgi.log"
+    log.write_text("".join(f'2024-02-14T10:00:{i % 60:02d}.000000Z  INFO text_generation_router: router/src/main.rs:1: '
+                           f'Connected {i}\n' for i in range(2000)))
+    with stallscope.open(tmp_path / "s.duckdb") as s:
+        r = s.ingest([log])
+        assert r.ok and r[0].status == "ingested", r[0].message
+        assert s.con.execute("SELECT count(*) FROM log_events").fetchone()[0] == 2000
+    assert len(tries) == 2 and tries[0] == "1.0 MiB" and tries[1] != tries[0], tries
