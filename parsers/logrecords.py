@@ -16,8 +16,9 @@ from .lines import iter_line_frames, prefetch
 MSG_MAX = 4096  # characters of a message kept in log_events
 # Bytes per frame: a frame's derived text columns (cleaned line, rest, message, spans, ...) hold several copies of
 # it and ~4 frames are in flight (read ahead, carried, worked on by two threads), so the peak grows ~30 MB per MB of
-# frame (TGI/SGLang at 200 MB: 8 MB frames 780 MB peak RSS, 4 MB 550 MB, at the same CPU-s; 2 MB costs CPU).
-FRAME_BYTES = 4 << 20
+# frame. Measured at 200 MB (2 cores, shared): 4 MB frames peak ~580 MB RSS against ~770 MB at 8 MB, but the
+# parsers' fixed cost per frame made them cost TGI +12% and SGLang +20% CPU-s; 8 MB until that cost is gone.
+FRAME_BYTES = 8 << 20
 
 
 ANSI_RX = X.ANSI_RX
