@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +53,8 @@ def _features(res):
     S = res.engine.steps
     return {"wall_ms": np.array([(s.end_ns - s.start_ns) / 1e6 for s in S]),
             "cpu_ms": np.array([s.cpu_ns / 1e6 for s in S]),
+            "probe_ms": np.array([s.probe_ns / 1e6 for s in S]),
+            "minflt": np.array([s.minflt for s in S], float),
             "dec": np.array([s.gen_reqs for s in S], float),
             "tok": np.array([s.ctx_tokens + s.gen_reqs for s in S], float),
             "kv": np.array([s.kv_read for s in S], float),
@@ -65,6 +69,23 @@ def _model_dict(m) -> dict:
             "reasons": {k: v["reason"] for k, v in m.identified.items() if not v["identified"]}}
 
 
+def _speed(probe_ms: np.ndarray, k: int = 5) -> np.ndarray | None:
+    """The machine's speed factor at each step: the probe's rolling median over k steps / its median (None when the
+    capture ran without the probe)."""
+    if len(probe_ms) < k or not (probe_ms > 0).all():
+        return None
+    h = k // 2
+    w = np.lib.stride_tricks.sliding_window_view(np.pad(probe_ms, h, mode="edge"), k)
+    s = np.median(w, axis=1)
+    return s / np.median(s)
+
+
+def _lag1(m, obs) -> float:
+    """Lag-1 autocorrelation of the log ratio residuals over the steps in time order (0: independent noise)."""
+    r = np.log(obs.step_ms / np.maximum(m.predict(obs.tokens, obs.kv_read, obs.attn_units, obs.decode_seqs), 1e-9))
+    return float(np.corrcoef(r[1:], r[:-1])[0, 1]) if len(r) > 2 else float("nan")
+
+
 def _pair_noise(t: np.ndarray, f: dict) -> tuple[int, float]:
     """Mean |t_i / t_{i-1} - 1| / sqrt(2) over back-to-back decode-only steps of the same composition."""
     dec, kv, pf = f["dec"], f["kv"], f["pf"]
@@ -75,7 +96,8 @@ def _pair_noise(t: np.ndarray, f: dict) -> tuple[int, float]:
     return int(ok.sum()), float(np.mean(np.abs(r - 1)) / np.sqrt(2))
 
 
-def run_policy(policy: str, budget: int | None, duration: float, out: Path, seed: int, threads: int) -> dict:
+def run_policy(policy: str, budget: int | None, duration: float, out: Path, seed: int, threads: int,
+               probe: bool = True) -> dict:
     import stallscope
     from stallscope.analyze import Options, parse_slo, prepare
     from stallscope.capture.runner import CaptureSpec, capture
@@ -85,7 +107,7 @@ def run_policy(policy: str, budget: int | None, duration: float, out: Path, seed
     load0 = _loadavg()
     w0, c0 = time.perf_counter(), time.process_time()
     res = capture(CaptureSpec(policy=policy, budget=budget, duration_s=duration, incident=INCIDENT, seed=seed,
-                              threads=threads), out)
+                              threads=threads, speed_probe=probe), out)
     cap_wall, cap_cpu = time.perf_counter() - w0, time.process_time() - c0
     load1 = _loadavg()
     store = stallscope.open(":memory:")
@@ -108,17 +130,34 @@ def run_policy(policy: str, budget: int | None, duration: float, out: Path, seed
         truth["step_ms_median_rel_diff"] = float(np.median(np.abs(st / f["wall_ms"] - 1)))
     else:
         truth["note"] = f"the store has {len(rows['step_ms'])} observed steps, the engine ran {n}"
-    own = fit(Observations(f["cpu_ms"], f["dec"], f["tok"], f["kv"], f["att"], f["pf"]))
+    own_obs = Observations(f["cpu_ms"], f["dec"], f["tok"], f["kv"], f["att"], f["pf"])
+    own = fit(own_obs)
     pairs, noise = _pair_noise(f["cpu_ms"], f)
+    speed = _speed(f["probe_ms"])
+    norm = {}
+    if speed is not None and len(obs) == n:
+        # the same fits with every step time divided by the machine's speed at that moment
+        so, co = replace(obs, step_ms=obs.step_ms / speed), replace(own_obs, step_ms=f["cpu_ms"] / speed)
+        ms, mo = fit(so), fit(co)
+        tenths = [float(np.median(f["probe_ms"][i])) for i in np.array_split(np.arange(n), 10)]
+        norm = {"probe_ms_by_tenth": [round(x, 3) for x in tenths],
+                "probe_drift_max_over_min": max(tenths) / min(tenths),
+                "store_fit_speed_normalised": {**_model_dict(ms), "lag1": _lag1(ms, so)},
+                "thread_cpu_fit_speed_normalised": {**_model_dict(mo), "lag1": _lag1(mo, co)}}
     return {"policy": policy, "budget": res.spec.resolved_budget(), "duration_s": duration,
             "capture": {**res.summary(), "bench_wall_s": round(cap_wall, 1), "bench_cpu_s": round(cap_cpu, 1),
                         "loadavg_1min_before": load0, "loadavg_1min_after": load1},
             "rejects": int(sum(r.rejected for r in rep)),
-            "fit": _model_dict(m), "observation_bases": {k: info.get(k) for k in ("kv_basis", "composition_basis")},
+            "fit": {**_model_dict(m), "lag1": _lag1(m, obs)},
+            "observation_bases": {k: info.get(k) for k in ("kv_basis", "composition_basis")},
             "engine_truth_match": truth,
-            "machine": {"fit_on_engine_features_thread_cpu": _model_dict(own),
+            "machine": {"fit_on_engine_features_thread_cpu": {**_model_dict(own), "lag1": _lag1(own, own_obs)},
                         "same_composition_pairs": pairs, "back_to_back_noise": noise,
-                        "on_core_share": float(f["cpu_ms"].sum() / f["wall_ms"].sum())}}
+                        "on_core_share": float(f["cpu_ms"].sum() / f["wall_ms"].sum()),
+                        "minflt_per_step": {"prefill": float(f["minflt"][f["pf"]].mean()) if f["pf"].any() else None,
+                                            "decode": float(f["minflt"][~f["pf"]].mean()) if (~f["pf"]).any() else None},
+                        "peak_rss_mb_so_far": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                        **norm}}
 
 
 def _print(r: dict) -> None:
@@ -132,8 +171,18 @@ def _print(r: dict) -> None:
         print(f"   {k:24s} {v:12.6g} {'identified' if fm['identified'][k] else ''}{why}")
     print(f"   store vs engine truth (share of steps exactly equal): {r['engine_truth_match']}")
     own = mc["fit_on_engine_features_thread_cpu"]
-    print(f"   engine's own features, thread CPU time: MAPE {own['mape']:.3f}, coverage {own['p99_coverage']:.3f}; "
-          f"back-to-back noise {mc['back_to_back_noise']:.3f} ({mc['same_composition_pairs']} pairs)")
+    print(f"   residual lag-1 autocorrelation {fm['lag1']:.2f}; minor faults per step {mc['minflt_per_step']} "
+          f"; peak RSS so far {mc['peak_rss_mb_so_far']:.0f} MB")
+    print(f"   engine's own features, thread CPU time: MAPE {own['mape']:.3f}, coverage {own['p99_coverage']:.3f}, "
+          f"lag-1 {own['lag1']:.2f}; back-to-back noise {mc['back_to_back_noise']:.3f} "
+          f"({mc['same_composition_pairs']} pairs)")
+    if "probe_ms_by_tenth" in mc:
+        sn, cn = mc["store_fit_speed_normalised"], mc["thread_cpu_fit_speed_normalised"]
+        print(f"   machine speed probe by tenth (ms) {mc['probe_ms_by_tenth']} "
+              f"(max/min {mc['probe_drift_max_over_min']:.2f})")
+        print(f"   divided by the machine's speed: store fit MAPE {sn['mape']:.3f}, coverage {sn['p99_coverage']:.3f}, "
+              f"lag-1 {sn['lag1']:.2f}; thread CPU MAPE {cn['mape']:.3f}, coverage {cn['p99_coverage']:.3f}, "
+              f"lag-1 {cn['lag1']:.2f}")
 
 
 def main(argv=None) -> int:
@@ -145,13 +194,15 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads of the capture")
     ap.add_argument("--out", type=Path, help="keep the captures here (default: a temporary directory)")
     ap.add_argument("--json", type=Path, help="write the results as JSON")
+    ap.add_argument("--no-probe", action="store_true", help="run no machine-speed probe between the steps")
     a = ap.parse_args(argv)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         base = a.out or Path(tmp)
         for item in a.policies.split(","):
             pol, _, b = item.partition(":")
-            r = run_policy(pol, int(b) if b else None, a.duration, base / item.replace(":", "-"), a.seed, a.threads)
+            r = run_policy(pol, int(b) if b else None, a.duration, base / item.replace(":", "-"), a.seed, a.threads,
+                           probe=not a.no_probe)
             _print(r)
             results.append(r)
     if a.json:

@@ -11,7 +11,6 @@ ids are copied to the host anyway), so a step's end is when its kernels finished
 """
 from __future__ import annotations
 
-import ctypes
 import gc
 import time
 from dataclasses import dataclass, field
@@ -49,7 +48,6 @@ class CaptureSpec:
     threads: int | None = 1
     drain_s: float = 60.0
     record_shapes: bool = True         # torch 2.13 keeps ~10-20 KB of host memory per op event with it on
-    tune_malloc: bool = True           # keep freed tensor memory in the heap during the run (see _heap_kept)
     speed_probe: bool = False          # time a fixed probe after every step (StepRecord.probe_ns)
     model: ModelConfig = field(default_factory=ModelConfig)
 
@@ -141,13 +139,11 @@ def capture(spec: CaptureSpec, out: Path, on_progress: Callable[[dict], None] | 
     gc_was = gc.isenabled()
     gc.collect()
     gc.disable()
-    restore_heap = _heap_kept() if spec.tune_malloc else (lambda: None)
     try:
         with profile(activities=activities, record_shapes=spec.record_shapes) as prof:
             res = engine.run(reqs, arrivals_until_ns=int(spec.duration_s * 1e9), drain_s=spec.drain_s,
                              on_progress=on_progress)
     finally:
-        restore_heap()
         if gc_was:
             gc.enable()
     if on_progress is not None:
@@ -167,39 +163,6 @@ def capture(spec: CaptureSpec, out: Path, on_progress: Callable[[dict], None] | 
         request_ids=request_ids, kv_cache_gib=model.cache_bytes() / 2 ** 30, startup_ns=startup_ns))
     return CaptureResult(spec, {"trace": trace, "bench": bench, "vllm": log}, res, export_s, epoch_of_perf,
                          torch.get_num_threads())
-
-
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3     # glibc malloc.h
-_MMAP_MAX = 32 * 2 ** 20       # the largest mmap threshold glibc accepts on 64-bit
-
-
-def _heap_kept() -> Callable[[], None]:
-    """Keep freed memory in the heap for the run; returns the function that gives it back afterwards.
-
-    torch's CPU tensors come from glibc malloc. By default a block over the (adaptive) mmap threshold is a fresh
-    mmap that is unmapped when freed, and free memory at the heap's top is trimmed back to the OS, so a step's
-    activations and attention temporaries fault their pages in again and again. Measured in a 25 s chunked:256
-    capture: 1030 minor faults per prefill-carrying step and 140 per decode step at ~2 us each on this VM, varying
-    with the heap's state (a decode step took 0 after the incident had grown the heap, 200-300 before). With
-    blocks up to 32 MB served from a heap that is never trimmed, the next step reuses the pages. No-op where the
-    C library has no mallopt (not glibc)."""
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt, trim = libc.mallopt, libc.malloc_trim
-    except (OSError, AttributeError):
-        return lambda: None
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    ok = mallopt(_M_MMAP_THRESHOLD, _MMAP_MAX) and mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1) \
-        and mallopt(_M_TOP_PAD, 16 * 2 ** 20)
-
-    def give_back() -> None:
-        if ok:
-            mallopt(_M_TRIM_THRESHOLD, 128 * 1024)   # glibc's defaults
-            mallopt(_M_TOP_PAD, 128 * 1024)
-            mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
-            trim.argtypes = [ctypes.c_size_t]
-            trim(0)
-    return give_back
 
 
 def _speed_probe() -> Callable[[], None]:
