@@ -16,14 +16,16 @@ still counts); other untimed records inherit the previous timed record's time (N
 """
 from __future__ import annotations
 
+import os
 import re
 
-
+import numpy as np
 import polars as pl
 
 from .base import InputFile, ParseContext, Parser
 from .logrecords import (ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
-                         note_rows, record_frames, BufferedWrites, span_of_times, with_body, write_config)
+                         note_rows, BufferedWrites, RecordSplitter, collapse, dedup_note, line_frames, span_of_times,
+                         trim_trailing_blanks, with_body, write_config)
 from .lines import ordered_map
 from .patterns import Pattern, Sample
 from .prefixes import unwrap_text
@@ -197,6 +199,24 @@ P_ARGS_PAIR = Pattern(
         "line); a value without its closing `,` or `}` (a cut record) is not taken. The separator's comma is "
         "consumed by the previous pair, so a pair starts after `{ ` or a space.",
 )
+_DUR = r"\d+(?:\.\d+)?(?:ns|µs|μs|us|ms|s)"
+P_SUCCESS_TIMINGS = Pattern(
+    "tgi_success_timings",
+    r'^total_time="(?P<total_time>' + _DUR + r')" validation_time="(?P<validation_time>' + _DUR + r')" queue_time="'
+    r'(?P<queue_time>' + _DUR + r')" inference_time="(?P<inference_time>' + _DUR + r')" time_per_token="'
+    r'(?P<time_per_token>' + _DUR + r')" seed="(?P<seed>None|Some\(\d+\))"\}$',
+    (Sample(_L_SUCCESS[_L_SUCCESS.index("total_time="):_L_SUCCESS.index("}: text_") + 1],
+            {"total_time": "611.286748ms", "validation_time": "754.5µs", "time_per_token": "43.600359ms",
+             "seed": "None"}, _F_SUCCESS),
+     Sample(_L_CHAT[_L_CHAT.index("total_time="):_L_CHAT.index("}: text_") + 1],
+            {"queue_time": "73.176µs", "seed": "Some(13465365087046561476)"}, _F_CHAT),
+     Sample(_L_UNTIMED[_L_UNTIMED.index("total_time="):_L_UNTIMED.index("}: text_") + 1],
+            {"inference_time": "355.849981ms"}, _F_UNTIMED)),
+    doc="Fast path only: the end of a text `Success` span, from `total_time=` to the span's closing brace, in the "
+        "fixed order TGI prints (`tracing` fields in declaration order). Where it holds and nothing before it looks "
+        "like a timing field, the timings are cut out by splitting at the quotes instead of one P_DURATION capture "
+        "per key; the values are the same (see `_timings`).",
+)
 CONFIG_LINES: list[tuple[str, Pattern]] = [
     ("max_batch_total_tokens", Pattern(
         "tgi_setting_max_batch_total_tokens", r"^Setting max batch total tokens to (?P<v>\d+)$",
@@ -227,7 +247,7 @@ CONFIG_LINES: list[tuple[str, Pattern]] = [
 ]
 
 PATTERNS = [P_HEAD, P_UNTIMED, P_REST, P_DURATION, P_SEED, P_PARAMS, P_MAXNEW, P_REQSPAN, P_FIRST_SPAN, P_TRACE_ID,
-            P_BATCH, P_BATCH_ID, P_RADIX, P_ARGS_PAIR] + [p for _, p in CONFIG_LINES]
+            P_BATCH, P_BATCH_ID, P_RADIX, P_ARGS_PAIR, P_SUCCESS_TIMINGS] + [p for _, p in CONFIG_LINES]
 
 # -- sniffing (Python `re` over the first 64 KB only) -------------------------------------------------------------
 _SNIFF_ANSI = re.compile(ANSI_RX)
@@ -256,9 +276,58 @@ def sniff_tgi(head: bytes) -> tuple[str, float] | None:
 # Parsing
 # =====================================================================================================================
 
+def generic_only() -> bool:
+    """STALLSCOPE_TGI_GENERIC=1: every line through the generic record path (the fast paths off), for the
+    equivalence tests and side-by-side runs."""
+    return os.environ.get("STALLSCOPE_TGI_GENERIC", "") not in ("", "0")
+
+
 def _prepare(df: pl.DataFrame) -> pl.DataFrame:
-    """Per-line columns: cleaned text, blank flag, head fields (timed or pasted), JSON start and self-contained JSON."""
+    """Per-line columns: cleaned text, `kind` (FAST_SUCCESS / FAST_RADIX for lines read by the fast path, NULL for the
+    rest), and for the rest the blank flag, head fields (timed or pasted), JSON start and self-contained JSON (NULL
+    on fast lines: the generic expressions skip them)."""
     df = unwrap(df)
+    kind = _fast_kind(df)
+    if kind.null_count() == df.height:
+        return _prepare_generic(df).with_columns(kind)
+    g = _prepare_generic(df.with_columns(pl.when(kind.is_null()).then(pl.col("t")).alias("t")))
+    return g.with_columns(df["t"], kind, *[pl.col(c).fill_null(False) for c in ("blank", "is_json", "json_ok")])
+
+
+FAST_SUCCESS, FAST_RADIX = 1, 2
+# A `Success` record of a request handler, timed (INFO, the level right-aligned by at most a few spaces) or pasted
+# without its time: the head, then the handler's span (its fields start with `parameters=` or `total_time=`).
+_FAST_SUCCESS_HEAD = (rf"^(?:{TS_RX} {{1,8}})?INFO (?:{'|'.join(HANDLERS)})\{{(?:parameters=|total_time=)")
+# What follows the span chain: the target, file:line, the message `Success`, nothing else.
+_FAST_SUCCESS_TAIL = r": text_generation_[a-z0-9_]+(?:::[a-z0-9_]+)*: (?:[A-Za-z0-9_./-]+\.rs:\d+: )?Success$"
+_FAST_RADIX = (rf"^{TS_RX} {{1,8}}(?:{LEVELS}) text_generation_[a-z0-9_]+(?:::[a-z0-9_]+)*: "
+               r"(?:[A-Za-z0-9_./-]+\.rs:\d+: )?Prefix \d+ - Suffix \d+$")
+_TOTAL_TIME = r"\btotal_time(?:=|\":)\""
+
+
+def _fast_kind(df: pl.DataFrame) -> pl.Series:
+    """Which lines the fast path reads: each test is what the generic path would conclude, made on the raw line.
+
+    FAST_SUCCESS: a head that P_HEAD / P_UNTIMED read with level INFO and a rest starting with a request handler's
+    span; the first `: text_generation_` of the line starts the target lead and `Success` ends it (so `_split_rest`
+    cuts there without P_REST, and its 200-character target window holds the lead); the span chain holds
+    `total_time=`. Such a line is a one-line record (`_flag`), a request with status ok, no log event.
+    FAST_RADIX: a timed head (one space after the level, so the rest starts with the target), no other
+    `: text_generation_`, the message P_RADIX: a one-line record, one `prefix_match` event.
+    """
+    if generic_only() or df.height == 0:
+        return pl.Series("kind", [None] * df.height, dtype=pl.UInt8)
+    t = pl.col("t")
+    p = t.str.find(": text_generation_", literal=True)
+    short = t.str.len_bytes() <= 200
+    succ = (t.str.ends_with(": Success") & t.str.contains(_FAST_SUCCESS_HEAD)
+            & (t.str.find(_FAST_SUCCESS_TAIL) == p) & (t.str.len_bytes() - p <= 200) & t.str.contains(_TOTAL_TIME))
+    return df.select(pl.when(succ.fill_null(False)).then(pl.lit(FAST_SUCCESS, pl.UInt8))
+                     .when((short & p.is_null() & t.str.contains(_FAST_RADIX)).fill_null(False))
+                     .then(pl.lit(FAST_RADIX, pl.UInt8)).alias("kind"))["kind"]
+
+
+def _prepare_generic(df: pl.DataFrame) -> pl.DataFrame:
     t = pl.col("t")
     # Heads are read off the line's first characters and the rest cut at that offset (a capture over the whole line
     # costs a pass over its bytes); pasted heads without a timestamp are tried only on lines starting with a level.
@@ -328,10 +397,12 @@ def _split_rest(df: pl.DataFrame) -> list[pl.Series]:
 def _flag(df: pl.DataFrame) -> pl.DataFrame:
     # Records that are always one line (JSON objects, Success, radix): a line after them that starts nothing
     # begins a record of its own instead of being swallowed.
+    # Fast lines (`_fast_kind`) are such heads, read without the head columns.
+    fast = pl.col("kind").is_not_null()
     head = pl.col("level").is_not_null()
     single = pl.col("json_ok") | (head & pl.col("msg1").is_in(["Success"])) | (
-        head & pl.col("msg1").str.contains(P_RADIX.regex))
-    return df.with_columns((head | pl.col("is_json") | single.shift(1).fill_null(False)).alias("start"))
+        head & pl.col("msg1").str.contains(P_RADIX.regex)) | fast
+    return df.with_columns((head | fast | pl.col("is_json") | single.shift(1).fill_null(False)).alias("start"))
 
 
 def _ts_ns(ts: pl.Expr) -> pl.Expr:
@@ -366,8 +437,66 @@ def _params(req: pl.DataFrame) -> pl.Series:
 def _duration_ns(fields: pl.Expr, key: str) -> pl.Expr:
     m = fields.str.extract_groups(
         rf"\b{key}(?:=|\":)\"(?P<num>\d+(?:\.\d+)?)(?P<unit>ns|µs|μs|us|ms|s)\"")
-    mult = m.struct.field("unit").replace_strict(UNIT_NS, default=None, return_dtype=pl.Float64)
-    return (m.struct.field("num").cast(pl.Float64, strict=False) * mult).round(0).cast(pl.Int64, strict=False)
+    return _ns(m.struct.field("num"), m.struct.field("unit"))
+
+
+def _ns(num: pl.Expr, unit: pl.Expr) -> pl.Expr:
+    mult = unit.replace_strict(UNIT_NS, default=None, return_dtype=pl.Float64)
+    return (num.cast(pl.Float64, strict=False) * mult).round(0).cast(pl.Int64, strict=False)
+
+
+_TIMING_START = r'[ {]total_time="'
+_TIMING_LIKE = r'(?:time|token|seed)(?:=|":)"'
+
+
+def _timings(req: pl.DataFrame) -> list[pl.Series]:
+    """The request's durations (ns) and seed: P_DURATION's and P_SEED's first match in `fields`.
+
+    Where `fields` ends with the text Success layout (P_SUCCESS_TIMINGS, from its first `[ {]total_time="`) and the
+    first thing in it that looks like a timing field (`time="`, `token="`, `seed="` or their JSON `":"` forms) is
+    that `total_time`, no P_DURATION or P_SEED match can lie before it (each holds one of those) nor straddle the
+    cut (no match holds a space or `{`); the tail's layout is fixed, so each key's first match is its field there,
+    and its value is the text between the quotes: split at `"`, not captured. Other rows (JSON spans, cut lines,
+    other layouts) get the capture per key."""
+    f = pl.col("fields")
+    n = req.height
+    names = list(DURATION_KEYS) + ["seed"]
+    fast = pl.Series("fast", [False] * n, dtype=pl.Boolean)
+    if not generic_only() and n:
+        j = f.str.find(_TIMING_START)
+        tail = f.cast(pl.Binary).bin.slice(j + 1).cast(pl.String)
+        g = req.select(pl.when(j.is_not_null() & (f.str.find(_TIMING_LIKE) == j + 7)).then(tail).alias("tail"))
+        g = g.select(pl.when(pl.col("tail").str.contains(P_SUCCESS_TIMINGS.regex)).then(pl.col("tail")).alias("tail"))
+        fast = g["tail"].is_not_null()
+    got = []
+    if fast.any():
+        parts = g.filter(fast).select(pl.col("tail").str.split_exact('"', 11).alias("p")).unnest("p")
+        vals = []
+        for i, k in enumerate(DURATION_KEYS):
+            # The value is `<number><unit>` (P_SUCCESS_TIMINGS): the unit read off its end, as UNIT_NS has it.
+            v = pl.col(f"field_{2 * i + 1}")
+            mult = (pl.when(v.str.ends_with("ms")).then(UNIT_NS["ms"]).when(v.str.ends_with("ns")).then(UNIT_NS["ns"])
+                    .when(v.str.ends_with("µs") | v.str.ends_with("μs") | v.str.ends_with("us")).then(UNIT_NS["us"])
+                    .otherwise(UNIT_NS["s"]))
+            num = v.str.strip_chars_end("nsµμum").cast(pl.Float64, strict=False)
+            vals.append((num * mult).round(0).cast(pl.Int64, strict=False).alias(k))
+        sd = pl.col("field_11")
+        vals.append(pl.when(sd.str.starts_with("Some(")).then(sd.str.slice(5).str.strip_suffix(")"))
+                    .cast(pl.UInt64, strict=False).alias("seed"))
+        got.append((fast, parts.select(vals)))
+    if not fast.all():
+        slow = ~fast
+        got.append((slow, req.filter(slow).select(
+            *[_duration_ns(f, k).alias(k) for k in DURATION_KEYS],
+            f.str.extract(P_SEED.regex, 1).cast(pl.UInt64, strict=False).alias("seed"))))
+    if len(got) == 1:
+        return got[0][1].get_columns()
+    out = {k: pl.Series(k, [None] * n, dtype=pl.UInt64 if k == "seed" else pl.Int64) for k in names}
+    for mask, vals in got:
+        idx = mask.arg_true()
+        for k in names:
+            out[k] = out[k].scatter(idx, vals[k])
+    return [out[k] for k in names]
 
 
 class _State:
@@ -450,13 +579,35 @@ def _args_pairs(rec: pl.DataFrame, origin: str) -> tuple[pl.DataFrame, pl.DataFr
     return config_rows(kv), summary
 
 
-def _work(item: tuple[pl.DataFrame, pl.DataFrame]) -> dict:
+def _record_frames(ctx: ParseContext):
+    """The input frame by frame as whole records' physical lines (`logrecords.record_frames` without forming the
+    records: that is `_work`'s, on the generic lines only)."""
+    splitter = RecordSplitter(_flag)
+    markers = folded = 0
+    for frame, last in line_frames(ctx, _prepare):
+        lines = splitter.feed(frame, last)
+        if lines.height == 0:
+            continue
+        if "dedup" in lines.columns:
+            d = lines["dedup"].drop_nulls()
+            markers, folded = markers + d.len(), folded + int(d.sum())
+        yield lines
+    if markers:
+        ctx.notes.append(dedup_note(markers, folded))
+
+
+def _work(lines: pl.DataFrame) -> dict:
     """Everything one frame's records give, computed without the parse's running state (so frames are worked on in
     parallel): `_apply` adds that state (the time carried from the previous frame, the running request index) and
-    writes, in file order."""
-    lines, recs = item
-    recs, bad = _normalise(recs)
-    plan: dict = {"bad": None}
+    writes, in file order. Fast lines (one-line records, `_fast_kind`) are split off first; the others form records
+    (trailing blank lines cut, multi-line records joined) and take the generic path."""
+    fast = None
+    if lines["kind"].null_count() < lines.height:
+        fast = lines.filter(pl.col("kind").is_not_null()).select("line_no", "t", "kind")
+        lines = lines.filter(pl.col("kind").is_null())
+    lines, blanks = trim_trailing_blanks(lines)
+    recs, bad = _normalise(collapse(lines))
+    plan: dict = {"bad": None, "blanks": blanks}
     if bad.height:
         salv = _salvage_json(bad)
         args = salv.filter(pl.col("msg").str.starts_with("Args {").fill_null(False))
@@ -468,8 +619,8 @@ def _work(item: tuple[pl.DataFrame, pl.DataFrame]) -> dict:
                 pl.col("gid").replace_strict(lost["gid"], lost["line_no"].cast(pl.String), default="?")]).alias("reason"),
             pl.col("t").alias("raw"))
         plan["bad"] = (cut_args, int(args["line_count"].sum()) if args.height else 0, rej)
-    plan["emit"] = _compute(recs)
-    plan["parsed"] = int(recs["line_count"].sum()) if recs.height else 0
+    plan["emit"] = _compute(recs, fast)
+    plan["parsed"] = (int(recs["line_count"].sum()) if recs.height else 0) + (fast.height if fast is not None else 0)
     return plan
 
 
@@ -486,11 +637,79 @@ def _apply(ctx: ParseContext, out, plan: dict, st: _State) -> None:
             ctx.write_rejects(rej.to_arrow())
     _emit(out, plan["emit"], st)
     ctx.counts.parsed += plan["parsed"]
+    ctx.counts.skipped += plan["blanks"]
 
 
-def _compute(recs: pl.DataFrame) -> dict | None:
-    """The rows of one frame's records: requests, request events, config, log events (`_emit` writes them)."""
-    if recs.height == 0:
+def _request_rows(req: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(requests rows, their success/error events, the cut Success records' timings) of request records, in file
+    order; `request_index` counts from 0 (`_compute` merges, `_emit` adds the running index)."""
+    msg, fields = pl.col("msg"), pl.col("fields")
+    req = req.with_columns(_params(req), *_timings(req), fields.str.extract(P_TRACE_ID.regex, 1).alias("trace_id"))
+    total, inf, tpt = pl.col("total_time"), pl.col("inference_time"), pl.col("time_per_token")
+    n_out = (inf.cast(pl.Float64, strict=False) / tpt.cast(pl.Float64, strict=False)).round(0).cast(pl.Int64, strict=False)
+    # time_per_token is inference_time / generated_tokens truncated to whole ns (Rust Duration / u32): keep the
+    # count only when it reproduces the printed quotient.
+    n_ok = (n_out >= 1) & ((inf // n_out.clip(lower_bound=1) - tpt).abs() <= 1)
+    finish = pl.when(pl.col("is_req_error") | pl.col("is_success")).then(pl.col("ts_ns"))
+    arrival = pl.when(pl.col("is_success")).then(pl.col("ts_ns") - total)
+    rid = pl.coalesce(pl.col("trace_id"), pl.lit("L") + pl.col("line_no").cast(pl.String))
+    out = req.select(
+        pl.col("line_no"), rid.alias("request_id"),
+        pl.int_range(pl.len()).cast(pl.Int32).alias("request_index"),  # + the running index, in `_emit`
+        rid.alias("server_request_id"), pl.lit("tgi").alias("engine"), pl.lit("server").alias("kind"),
+        arrival.alias("arrival_ns"), finish.alias("finish_ns"),
+        (arrival + pl.col("validation_time") + pl.col("queue_time")).alias("scheduled_ns"),
+        pl.when(n_ok).then(n_out).cast(pl.Int32, strict=False).alias("output_tokens"),
+        pl.col("params").str.extract(P_MAXNEW.regex, 1).cast(pl.Int32, strict=False).alias("max_tokens"),
+        total.alias("e2e_latency_ns"), pl.col("queue_time").alias("queue_ns"),
+        pl.col("validation_time").alias("validation_ns"), inf.alias("inference_ns"),
+        tpt.alias("time_per_token_ns"),
+        pl.when(pl.col("is_success")).then(pl.lit("ok")).when(pl.col("is_req_error")).then(pl.lit("failed"))
+        .alias("status"),
+        pl.when(pl.col("is_req_error")).then(msg.str.extract(r"^([^\n]*)", 1)).alias("error"),
+        pl.coalesce(pl.col("hspan"), pl.col("first_span")).alias("endpoint"),
+        pl.col("params"), pl.col("seed"),
+    )
+    ev = out.filter(pl.col("status").is_not_null()).select(
+        "line_no", "request_id",
+        pl.when(pl.col("status") == "ok").then(pl.lit("success")).otherwise(pl.lit("error")).alias("event"),
+        pl.col("finish_ns").alias("ts_ns"), pl.col("error").alias("detail"))
+    return out, ev, req.filter(pl.col("is_cut")).select("line_no", *DURATION_KEYS)
+
+
+def _fast_frames(fast: pl.DataFrame | None) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    """The fast lines as the generic path would have read them: Success lines as request records (the columns
+    `_request_rows` reads), radix lines as (line_no, ts_ns, detail). Offsets from `find` are bytes: cuts at ASCII
+    are made on the bytes; the lead (time, level, handler name) is ASCII by `_fast_kind`, so its offsets are
+    characters too."""
+    if fast is None:
+        return None, None
+    t = pl.col("t")
+    ts = pl.when(~t.str.starts_with("INFO ")).then(t.str.slice(0, t.str.find("Z", literal=True) + 1))
+    kind = fast["kind"]
+    fsucc = frad = None
+    if (kind == FAST_SUCCESS).any():
+        a = t.str.find("INFO ", literal=True) + 5
+        p = t.str.find(": text_generation_", literal=True)
+        name = t.str.slice(a, t.str.find("{", literal=True) - a)
+        spans = t.cast(pl.Binary).bin.slice(a, p - a).cast(pl.String)
+        fsucc = fast.filter(kind == FAST_SUCCESS).select(
+            "line_no", _ts_ns(ts).alias("ts_ns"), pl.lit("INFO").alias("level"), spans.alias("fields"),
+            pl.lit("Success").alias("msg"), name.alias("hspan"), name.alias("first_span"),
+            pl.lit(True).alias("is_success"), pl.lit(False).alias("is_cut"), pl.lit(False).alias("is_req_error"))
+    if (kind == FAST_RADIX).any():
+        m = t.str.extract_groups(r"Prefix (?P<prefix>\d+) - Suffix (?P<suffix>\d+)$")
+        frad = fast.filter(kind == FAST_RADIX).select(
+            "line_no", _ts_ns(ts).alias("ts_ns"),
+            pl.concat_str([pl.lit("prefix="), m.struct.field("prefix"), pl.lit(" suffix="),
+                           m.struct.field("suffix")]).alias("detail"))
+    return fsucc, frad
+
+
+def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
+    """The rows of one frame's records: requests, request events, config, log events (`_emit` writes them). `fast`:
+    the frame's fast lines (`_fast_kind`), each a record of its own, merged with the others in file order."""
+    if recs.height == 0 and fast is None:
         return None
     plan: dict = {}
     msg, lvl, fields, spans = pl.col("msg"), pl.col("level"), pl.col("fields"), pl.col("spans")
@@ -504,62 +723,49 @@ def _compute(recs: pl.DataFrame) -> dict | None:
         msg.str.contains(P_RADIX.regex).fill_null(False).alias("is_radix"),
         msg.str.starts_with("Args {").fill_null(False).alias("is_args"),
     )
-    # Forward-filled within the frame; the leading NULLs get the previous frame's last time in `_emit`.
-    recs = recs.with_columns(pl.col("ts_ns").forward_fill().alias("ts_ff"))
-    last = recs["ts_ns"].drop_nulls()
+    fsucc, frad = _fast_frames(fast)
+    # Forward-filled over the frame's records in file order; the leading NULLs get the previous frame's last time in
+    # `_emit`. Fast radix events take that time too (as their generic records would).
+    if fsucc is None and frad is None:
+        recs = recs.with_columns(pl.col("ts_ns").forward_fill().alias("ts_ff"))
+        times = recs["ts_ns"]
+    else:
+        seq = pl.concat([d.select("line_no", "ts_ns", pl.lit(i, pl.UInt8).alias("src"))
+                         for i, d in enumerate((recs, fsucc, frad)) if d is not None and d.height]).sort("line_no")
+        seq = seq.with_columns(pl.col("ts_ns").forward_fill().alias("ts_ff"))
+        src = seq["src"]
+        recs = recs.with_columns(seq.filter(src == 0)["ts_ff"])
+        if frad is not None:
+            frad = frad.with_columns(seq.filter(src == 2)["ts_ff"].alias("ts_ns"))
+        times = seq["ts_ns"]
+    last = times.drop_nulls()
     plan["last_ts"] = int(last[-1]) if last.len() else None
     plan["timed"] = last.len()
 
     # -- requests: Success, a Success cut before its message, request-level errors ------------------------------
     req = recs.filter(pl.col("is_success") | pl.col("is_cut") | pl.col("is_req_error"))
+    parts = [_request_rows(d) for d in (req, fsucc) if d is not None and d.height]
     plan["requests"] = None
-    if req.height:
-        durs = {k: _duration_ns(fields, k).alias(k) for k in DURATION_KEYS}
-        req = req.with_columns(_params(req))
-        req = req.with_columns(*durs.values(),
-                               fields.str.extract(P_SEED.regex, 1).cast(pl.UInt64, strict=False).alias("seed"),
-                               fields.str.extract(P_TRACE_ID.regex, 1).alias("trace_id"))
-        total, inf, tpt = pl.col("total_time"), pl.col("inference_time"), pl.col("time_per_token")
-        n_out = (inf.cast(pl.Float64, strict=False) / tpt.cast(pl.Float64, strict=False)).round(0).cast(pl.Int64, strict=False)
-        # time_per_token is inference_time / generated_tokens truncated to whole ns (Rust Duration / u32): keep the
-        # count only when it reproduces the printed quotient.
-        n_ok = (n_out >= 1) & ((inf // n_out.clip(lower_bound=1) - tpt).abs() <= 1)
-        finish = pl.when(pl.col("is_req_error") | pl.col("is_success")).then(pl.col("ts_ns"))
-        arrival = pl.when(pl.col("is_success")).then(pl.col("ts_ns") - total)
-        rid = pl.coalesce(pl.col("trace_id"), pl.lit("L") + pl.col("line_no").cast(pl.String))
-        out = req.select(
-            pl.col("line_no"), rid.alias("request_id"),
-            pl.int_range(pl.len()).cast(pl.Int32).alias("request_index"),  # + the running index, in `_emit`
-            rid.alias("server_request_id"), pl.lit("tgi").alias("engine"), pl.lit("server").alias("kind"),
-            arrival.alias("arrival_ns"), finish.alias("finish_ns"),
-            (arrival + pl.col("validation_time") + pl.col("queue_time")).alias("scheduled_ns"),
-            pl.when(n_ok).then(n_out).cast(pl.Int32, strict=False).alias("output_tokens"),
-            pl.col("params").str.extract(P_MAXNEW.regex, 1).cast(pl.Int32, strict=False).alias("max_tokens"),
-            total.alias("e2e_latency_ns"), pl.col("queue_time").alias("queue_ns"),
-            pl.col("validation_time").alias("validation_ns"), inf.alias("inference_ns"),
-            tpt.alias("time_per_token_ns"),
-            pl.when(pl.col("is_success")).then(pl.lit("ok")).when(pl.col("is_req_error")).then(pl.lit("failed"))
-            .alias("status"),
-            pl.when(pl.col("is_req_error")).then(msg.str.extract(r"^([^\n]*)", 1)).alias("error"),
-            pl.coalesce(pl.col("hspan"), pl.col("first_span")).alias("endpoint"),
-            pl.col("params"), pl.col("seed"),
-        )
-        ev = out.filter(pl.col("status").is_not_null()).select(
-            "line_no", "request_id",
-            pl.when(pl.col("status") == "ok").then(pl.lit("success")).otherwise(pl.lit("error")).alias("event"),
-            pl.col("finish_ns").alias("ts_ns"), pl.col("error").alias("detail"))
-        plan["requests"] = (out, ev, req.filter(pl.col("is_cut")).select("line_no", *DURATION_KEYS))
+    if parts:
+        if len(parts) == 2:
+            # The running request index in file order over both: each row's rank among the frame's requests.
+            ga, gb = parts[0][0]["line_no"].to_numpy(), parts[1][0]["line_no"].to_numpy()
+            for (out, _, _), own, other in ((parts[0], ga, gb), (parts[1], gb, ga)):
+                idx = np.arange(len(own)) + np.searchsorted(other, own)
+                out.replace_column(out.get_column_index("request_index"), pl.Series("request_index", idx, pl.Int32))
+        plan["requests"] = ([p[0] for p in parts], [p[1] for p in parts], pl.concat([p[2] for p in parts]))
 
     # -- radix prefix-cache admissions ----------------------------------------------------------------------------
     rad = recs.filter(pl.col("is_radix"))
-    plan["radix"] = None
+    plan["radix"] = []
     if rad.height:
         m = msg.str.extract_groups(P_RADIX.regex)
-        plan["radix"] = rad.select(
-            "line_no", pl.lit(None, pl.String).alias("request_id"), pl.lit("prefix_match").alias("event"),
-            pl.col("ts_ff").alias("ts_ns"),
-            pl.concat_str([pl.lit("prefix="), m.struct.field("prefix"), pl.lit(" suffix="),
-                           m.struct.field("suffix")]).alias("detail"))
+        rad = rad.select("line_no", pl.col("ts_ff").alias("ts_ns"), pl.concat_str(
+            [pl.lit("prefix="), m.struct.field("prefix"), pl.lit(" suffix="), m.struct.field("suffix")]).alias("detail"))
+    for r in (rad, frad):
+        if r is not None and r.height:
+            plan["radix"].append(r.select("line_no", pl.lit(None, pl.String).alias("request_id"),
+                                          pl.lit("prefix_match").alias("event"), "ts_ns", "detail"))
 
     # -- configuration ----------------------------------------------------------------------------------------------
     args = recs.filter(pl.col("is_args"))
@@ -619,16 +825,17 @@ def _emit(ctx: ParseContext, plan: dict | None, st: _State) -> None:
         return df if prev_ts is None else df.with_columns(pl.col("ts_ns").fill_null(prev_ts))
 
     if plan["requests"] is not None:
-        out, ev, cut = plan["requests"]
-        out = out.with_columns((pl.col("request_index") + st.req_index).cast(pl.Int32))
-        ctx.write("requests", out)
-        st.req_index += out.height
-        ctx.write("request_events", ev)
+        outs, evs, cut = plan["requests"]
+        for out in outs:
+            ctx.write("requests", out.with_columns((pl.col("request_index") + st.req_index).cast(pl.Int32)))
+        st.req_index += sum(out.height for out in outs)
+        for ev in evs:
+            ctx.write("request_events", ev)
         note_rows(ctx, cut, lambda r: (
             f"line {r['line_no']}: Success record cut off before its message; kept "
             f"{', '.join(k for k in DURATION_KEYS if r[k] is not None) or 'no timing'} (status NULL)"))
-    if plan["radix"] is not None:
-        ctx.write("request_events", carried(plan["radix"]))
+    for rad in plan["radix"]:
+        ctx.write("request_events", carried(rad))
     if plan["args"] is not None:
         rows, summary = plan["args"]
         st.config.append(rows)
@@ -652,7 +859,7 @@ class TgiLogParser(Parser):
         st = _State()
         out = BufferedWrites(ctx)
         # Frames are worked on by two threads at once (`_work`, pure); their rows are written here in file order.
-        for plan in ordered_map(_work, record_frames(ctx, _flag, _prepare)):
+        for plan in ordered_map(_work, _record_frames(ctx)):
             _apply(ctx, out, plan, st)
         out.flush()
         write_config(ctx, st.config, {"model_id": "model", "num_shard": "tensor_parallel_size"}, "tgi")
