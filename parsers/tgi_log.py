@@ -246,6 +246,16 @@ CONFIG_LINES: list[tuple[str, Pattern]] = [
         doc="Launcher v2.3+: the attention backend and whether the radix prefix cache is on.")),
 ]
 
+
+def _literal_lead(rx: str) -> str:
+    """The literal text an anchored pattern's matches start with (up to its first metacharacter)."""
+    m = re.match(r"\^((?:[^\\.^$*+?()\[\]{}|]|\\[^A-Za-z0-9])*)", rx)
+    lead = m.group(1) if m else ""
+    return re.sub(r"\\(.)", r"\1", lead)
+
+
+_CONFIG_LEAD = "^(?:" + "|".join(re.escape(_literal_lead(p.regex)) for _, p in CONFIG_LINES) + ")"
+
 PATTERNS = [P_HEAD, P_UNTIMED, P_REST, P_DURATION, P_SEED, P_PARAMS, P_MAXNEW, P_REQSPAN, P_FIRST_SPAN, P_TRACE_ID,
             P_BATCH, P_BATCH_ID, P_RADIX, P_ARGS_PAIR, P_SUCCESS_TIMINGS] + [p for _, p in CONFIG_LINES]
 
@@ -566,17 +576,30 @@ def _salvage_json(bad: pl.DataFrame) -> pl.DataFrame:
 
 
 def _args_pairs(rec: pl.DataFrame, origin: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(config rows, per-record summary with the number of fields and whether the record was complete)."""
+    """(config rows, per-record summary with the number of fields and whether the record was complete).
+
+    Each distinct message is read once (a log that restarts prints the same Args again, a paste repeats one) and its
+    rows repeated for every record that holds it, in the order the per-record reading gives (by line, then field)."""
+    # Each record's first record with the same text: the one read.
+    a = rec.select("line_no", pl.col("line_no").first().over("msg").alias("first"), "msg")
+    u = a.filter(pl.col("line_no") == pl.col("first"))
     folded = (pl.col("msg").str.replace_all(r"\s*\n\s*", " ").str.replace_all(r"([(\[]) ", "$1")
               .str.replace_all(r",? ([)\]])", "$1"))
-    a = rec.select("line_no", folded.alias("f"))
-    pairs = a.select("line_no", pl.col("f").str.extract_all(P_ARGS_PAIR.regex).alias("p")).explode("p").drop_nulls("p")
+    u = u.select("line_no", folded.alias("f"))
+    pairs = u.select("line_no", pl.col("f").str.extract_all(P_ARGS_PAIR.regex).alias("p")).explode("p").drop_nulls("p")
     kv = pairs.select("line_no", pl.col("p").str.extract_groups(P_ARGS_PAIR.regex).alias("m")).select(
         "line_no", pl.col("m").struct.field("key").alias("key"), pl.col("m").struct.field("value").alias("value"),
         pl.lit(origin).alias("origin"))
-    summary = a.select("line_no", pl.col("f").str.contains(r"\}\s*$").alias("complete")).join(
+    summary = u.select("line_no", pl.col("f").str.contains(r"\}\s*$").alias("complete")).join(
         kv.group_by("line_no").len(), on="line_no", how="left")
-    return config_rows(kv), summary
+    rows = config_rows(kv)
+    if u.height == a.height:
+        return rows, summary
+    links = a.select("line_no", "first")
+    rows = (links.join(rows.with_row_index("_j").rename({"line_no": "first"}), on="first", how="inner")
+            .sort("line_no", "_j").select(rows.columns))
+    summary = links.join(summary.rename({"line_no": "first"}), on="first", how="left").select(summary.columns)
+    return rows, summary
 
 
 def _record_frames(ctx: ParseContext):
@@ -771,11 +794,13 @@ def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
     args = recs.filter(pl.col("is_args"))
     plan["args"] = _args_pairs(args, "Args") if args.height else None
     config = []
-    cfg_hit = pl.lit(False)
+    # Only records whose message starts like one of the patterns can match one (most records do not).
+    cand = recs.filter(msg.str.contains(_CONFIG_LEAD).fill_null(False))
+    hits = []
     for key, pat in CONFIG_LINES:
         hit = msg.str.contains(pat.regex).fill_null(False)
-        cfg_hit = cfg_hit | hit
-        got = recs.filter(hit)
+        got = cand.filter(hit)
+        hits.append(got["line_no"])
         if got.height:
             m = msg.str.extract_groups(pat.regex)
             config.append(config_rows(got.select(
@@ -786,6 +811,7 @@ def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
                     "line_no", pl.lit("attention").alias("key"), m.struct.field("attention").alias("value"),
                     pl.lit(pat.name).alias("origin"))))
     plan["config"] = config
+    cfg_hit = pl.col("line_no").is_in(pl.concat(hits).implode())
 
     # -- everything else (and request errors, which are errors too) → log_events -----------------------------------
     ev = recs.filter(~(pl.col("is_success") | pl.col("is_cut") | pl.col("is_radix") | pl.col("is_args") | cfg_hit)
