@@ -328,10 +328,11 @@ def _fast_kind(df: pl.DataFrame) -> pl.Series:
     if generic_only() or df.height == 0:
         return pl.Series("kind", [None] * df.height, dtype=pl.UInt8)
     t = pl.col("t")
-    p = t.str.find(": text_generation_", literal=True)
-    short = t.str.len_bytes() <= 200
+    df = df.select(t, t.str.find(": text_generation_", literal=True).alias("_p"), t.str.len_bytes().alias("_n"))
+    p, n = pl.col("_p"), pl.col("_n")
+    short = n <= 200
     succ = (t.str.ends_with(": Success") & t.str.contains(_FAST_SUCCESS_HEAD)
-            & (t.str.find(_FAST_SUCCESS_TAIL) == p) & (t.str.len_bytes() - p <= 200) & t.str.contains(_TOTAL_TIME))
+            & (t.str.find(_FAST_SUCCESS_TAIL) == p) & (n - p <= 200) & t.str.contains(_TOTAL_TIME))
     return df.select(pl.when(succ.fill_null(False)).then(pl.lit(FAST_SUCCESS, pl.UInt8))
                      .when((short & p.is_null() & t.str.contains(_FAST_RADIX)).fill_null(False))
                      .then(pl.lit(FAST_RADIX, pl.UInt8)).alias("kind"))["kind"]
@@ -428,11 +429,12 @@ def _params(req: pl.DataFrame) -> pl.Series:
     is cut out by literal search (as bytes: `find` gives byte offsets, the cut is at ASCII); the other rows (quoted
     values of v3.2+ chat spans and JSON, cut lines) go through P_PARAMS."""
     f = pl.col("fields")
-    fb = f.cast(pl.Binary)
-    a = f.str.find(_GEN_PARAMS, literal=True)
-    z = f.str.find("} total_time=", literal=True)
-    fast = pl.when(a.is_not_null() & (z > a)).then(fb.bin.slice(a + 11, z - a - 10).cast(pl.String))
-    out = req.select(fast.alias("params"))["params"]
+    # (Offsets are columns first: an eager select evaluates a repeated expression once per use.)
+    az = req.select(f, f.str.find(_GEN_PARAMS, literal=True).alias("_a"),
+                    f.str.find("} total_time=", literal=True).alias("_z"))
+    a, z = pl.col("_a"), pl.col("_z")
+    fast = pl.when(a.is_not_null() & (z > a)).then(f.cast(pl.Binary).bin.slice(a + 11, z - a - 10).cast(pl.String))
+    out = az.select(fast.alias("params"))["params"]
     slow = (out.is_null() & req["fields"].str.contains("parameters", literal=True)).fill_null(False)
     if slow.any():
         idx = slow.arg_true()
@@ -473,9 +475,10 @@ def _timings(req: pl.DataFrame) -> list[pl.Series]:
     names = list(DURATION_KEYS) + ["seed"]
     fast = pl.Series("fast", [False] * n, dtype=pl.Boolean)
     if not generic_only() and n:
-        j = f.str.find(_TIMING_START)
+        jk = req.select(f, f.str.find(_TIMING_START).alias("_j"), f.str.find(_TIMING_LIKE).alias("_k"))
+        j = pl.col("_j")
         tail = f.cast(pl.Binary).bin.slice(j + 1).cast(pl.String)
-        g = req.select(pl.when(j.is_not_null() & (f.str.find(_TIMING_LIKE) == j + 7)).then(tail).alias("tail"))
+        g = jk.select(pl.when(j.is_not_null() & (pl.col("_k") == j + 7)).then(tail).alias("tail"))
         g = g.select(pl.when(pl.col("tail").str.contains(P_SUCCESS_TIMINGS.regex)).then(pl.col("tail")).alias("tail"))
         fast = g["tail"].is_not_null()
     got = []
@@ -669,13 +672,16 @@ def _request_rows(req: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Dat
     msg, fields = pl.col("msg"), pl.col("fields")
     req = req.with_columns(_params(req), *_timings(req), fields.str.extract(P_TRACE_ID.regex, 1).alias("trace_id"))
     total, inf, tpt = pl.col("total_time"), pl.col("inference_time"), pl.col("time_per_token")
-    n_out = (inf.cast(pl.Float64, strict=False) / tpt.cast(pl.Float64, strict=False)).round(0).cast(pl.Int64, strict=False)
+    req = req.with_columns(
+        (inf.cast(pl.Float64, strict=False) / tpt.cast(pl.Float64, strict=False)).round(0).cast(pl.Int64, strict=False)
+        .alias("_n_out"),
+        pl.when(pl.col("is_success")).then(pl.col("ts_ns") - total).alias("_arrival"),
+        pl.coalesce(pl.col("trace_id"), pl.lit("L") + pl.col("line_no").cast(pl.String)).alias("_rid"))
+    n_out, arrival, rid = pl.col("_n_out"), pl.col("_arrival"), pl.col("_rid")
     # time_per_token is inference_time / generated_tokens truncated to whole ns (Rust Duration / u32): keep the
     # count only when it reproduces the printed quotient.
     n_ok = (n_out >= 1) & ((inf // n_out.clip(lower_bound=1) - tpt).abs() <= 1)
     finish = pl.when(pl.col("is_req_error") | pl.col("is_success")).then(pl.col("ts_ns"))
-    arrival = pl.when(pl.col("is_success")).then(pl.col("ts_ns") - total)
-    rid = pl.coalesce(pl.col("trace_id"), pl.lit("L") + pl.col("line_no").cast(pl.String))
     out = req.select(
         pl.col("line_no"), rid.alias("request_id"),
         pl.int_range(pl.len()).cast(pl.Int32).alias("request_index"),  # + the running index, in `_emit`
@@ -712,11 +718,13 @@ def _fast_frames(fast: pl.DataFrame | None) -> tuple[pl.DataFrame | None, pl.Dat
     kind = fast["kind"]
     fsucc = frad = None
     if (kind == FAST_SUCCESS).any():
-        a = t.str.find("INFO ", literal=True) + 5
-        p = t.str.find(": text_generation_", literal=True)
-        name = t.str.slice(a, t.str.find("{", literal=True) - a)
+        fsucc = fast.filter(kind == FAST_SUCCESS).with_columns(
+            (t.str.find("INFO ", literal=True) + 5).alias("_a"), t.str.find(": text_generation_", literal=True).alias("_p"),
+            t.str.find("{", literal=True).alias("_b"))
+        a, p = pl.col("_a"), pl.col("_p")
+        name = t.str.slice(a, pl.col("_b") - a)
         spans = t.cast(pl.Binary).bin.slice(a, p - a).cast(pl.String)
-        fsucc = fast.filter(kind == FAST_SUCCESS).select(
+        fsucc = fsucc.select(
             "line_no", _ts_ns(ts).alias("ts_ns"), pl.lit("INFO").alias("level"), spans.alias("fields"),
             pl.lit("Success").alias("msg"), name.alias("hspan"), name.alias("first_span"),
             pl.lit(True).alias("is_success"), pl.lit(False).alias("is_cut"), pl.lit(False).alias("is_req_error"))
@@ -736,10 +744,10 @@ def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
         return None
     plan: dict = {}
     msg, lvl, fields, spans = pl.col("msg"), pl.col("level"), pl.col("fields"), pl.col("spans")
-    first_span = spans.str.extract(P_FIRST_SPAN.regex, 1)
+    recs = recs.with_columns(spans.str.extract(P_FIRST_SPAN.regex, 1).alias("first_span"))
+    first_span = pl.col("first_span")
     recs = recs.with_columns(
         _ts_ns(pl.col("ts")).alias("ts_ns"),
-        first_span.alias("first_span"),
         ((msg == "Success") & fields.str.contains(r"\btotal_time(?:=|\":)\"")).alias("is_success"),
         ((pl.col("origin") == "cut") & (lvl == "INFO") & fields.str.contains(r"\btotal_time=\"")).alias("is_cut"),
         ((lvl == "ERROR") & first_span.is_in(HANDLERS)).alias("is_req_error"),
