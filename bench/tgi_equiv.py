@@ -85,6 +85,12 @@ TRICKY = [
     '2025-05-26T10:46:35.221390Z  INFO text_generation_router_v3::radix: Prefix 99999999999999999999 - Suffix 1',
     '2025-13-26T10:46:35.221390Z  INFO text_generation_router_v3::radix: backends/v3/src/radix.rs:108: Prefix 5 - '
     'Suffix 1',
+    # a time in non-ASCII digits (TS_RX's \d matches them; the time does not parse)
+    '٢٠٢٤-02-14T06:49:52.000015Z  INFO chat_completions{total_time="735.2ms" validation_time="955.594µs" '
+    'queue_time="73.176µs" inference_time="734.172108ms" time_per_token="36.708605ms" seed="None"}: '
+    'text_generation_router::server: router/src/server.rs:622: Success',
+    '٢٠٢٥-05-26T10:46:35.221391Z  INFO text_generation_router_v3::radix: backends/v3/src/radix.rs:108: Prefix 7 - '
+    'Suffix 8',
     # a continuation line right after a Success and after a radix line (each starts a record of its own)
     '    at a continuation line after a one-line record',
     '{"timestamp":"2024-02-14T06:49:52.000006Z","level":"INFO","message":"Success","target":'

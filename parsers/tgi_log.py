@@ -314,10 +314,12 @@ def _prepare(df: pl.DataFrame) -> pl.DataFrame:
 FAST_SUCCESS, FAST_RADIX = 1, 2
 # A `Success` record of a request handler, timed (INFO, the level right-aligned by at most a few spaces) or pasted
 # without its time: the head, then the handler's span (its fields start with `parameters=` or `total_time=`).
-_FAST_SUCCESS_HEAD = (rf"^(?:{TS_RX} {{1,8}})?INFO (?:{'|'.join(HANDLERS)})\{{(?:parameters=|total_time=)")
+# The time in ASCII digits (TS_RX's `\d` is Unicode): the lead is then ASCII, its byte offsets are characters too.
+_TS_ASCII = TS_RX.replace(r"\d", "[0-9]")
+_FAST_SUCCESS_HEAD = (rf"^(?:{_TS_ASCII} {{1,8}})?INFO (?:{'|'.join(HANDLERS)})\{{(?:parameters=|total_time=)")
 # What follows the span chain: the target, file:line, the message `Success`, nothing else.
 _FAST_SUCCESS_TAIL = r": text_generation_[a-z0-9_]+(?:::[a-z0-9_]+)*: (?:[A-Za-z0-9_./-]+\.rs:\d+: )?Success$"
-_FAST_RADIX = (rf"^{TS_RX} {{1,8}}(?:{LEVELS}) text_generation_[a-z0-9_]+(?:::[a-z0-9_]+)*: "
+_FAST_RADIX = (rf"^{_TS_ASCII} {{1,8}}(?:{LEVELS}) text_generation_[a-z0-9_]+(?:::[a-z0-9_]+)*: "
                r"(?:[A-Za-z0-9_./-]+\.rs:\d+: )?Prefix \d+ - Suffix \d+$")
 _TOTAL_TIME = r"\btotal_time(?:=|\":)\""
 
