@@ -41,6 +41,11 @@ TRICKY = [
     'Some(9), stop: ["} total_time=\\"1ms\\" x"], seed: None } total_time="611.286748ms" '
     'validation_time="754.5µs" queue_time="127.337µs" inference_time="610.405028ms" time_per_token="43.600359ms" '
     'seed="None"}: text_generation_router::server: router/src/server.rs:299: Success',
+    # a stop string that reads as another handler span (P_REQSPAN's last match names the endpoint)
+    '2024-02-14T06:49:52.000016Z  INFO generate{parameters=GenerateParameters { best_of: None, max_new_tokens: '
+    'Some(9), stop: ["x:evil{total_time=1", "y:bad{parameters=2"], seed: None } total_time="611.286748ms" '
+    'validation_time="754.5µs" queue_time="127.337µs" inference_time="610.405028ms" time_per_token="43.600359ms" '
+    'seed="None"}: text_generation_router::server: router/src/server.rs:299: Success',
     # an outer span holding timing fields before the Success layout
     '2024-02-14T06:49:52.000007Z  INFO outer{queue_time="5ms" seed="Some(7)"}:generate{parameters=GenerateParameters '
     '{ best_of: None, max_new_tokens: Some(14), seed: None } total_time="611.286748ms" validation_time="754.5µs" '

@@ -328,9 +328,9 @@ def _fast_kind(df: pl.DataFrame) -> pl.Series:
     """Which lines the fast path reads: each test is what the generic path would conclude, made on the raw line.
 
     FAST_SUCCESS: a head that P_HEAD / P_UNTIMED read with level INFO and a rest starting with a request handler's
-    span; the first `: text_generation_` of the line starts the target lead and `Success` ends it (so `_split_rest`
-    cuts there without P_REST, and its 200-character target window holds the lead); the span chain holds
-    `total_time=`. Such a line is a one-line record (`_flag`), a request with status ok, no log event.
+    span, the only `{parameters=` / `{total_time=` of the line (so it names the endpoint); the first
+    `: text_generation_` of the line starts the target lead and `Success` ends it (so `_split_rest` cuts there
+    without P_REST, and its 200-character target window holds the lead); the span chain holds `total_time=`. Such a line is a one-line record (`_flag`), a request with status ok, no log event.
     FAST_RADIX: a timed head (one space after the level, so the rest starts with the target), no other
     `: text_generation_`, the message P_RADIX: a one-line record, one `prefix_match` event.
     """
@@ -340,8 +340,11 @@ def _fast_kind(df: pl.DataFrame) -> pl.Series:
     df = df.select(t, t.str.find(": text_generation_", literal=True).alias("_p"), t.str.len_bytes().alias("_n"))
     p, n = pl.col("_p"), pl.col("_n")
     short = n <= 200
+    # The handler span is the only `{parameters=` / `{total_time=` of the line: P_REQSPAN's last match (the
+    # endpoint) is then the head span, whatever the parameters' strings hold.
     succ = (t.str.ends_with(": Success") & t.str.contains(_FAST_SUCCESS_HEAD)
-            & (t.str.find(_FAST_SUCCESS_TAIL) == p) & (n - p <= 200) & t.str.contains(_TOTAL_TIME))
+            & (t.str.find(_FAST_SUCCESS_TAIL) == p) & (n - p <= 200) & t.str.contains(_TOTAL_TIME)
+            & (t.str.count_matches(r"\{(?:parameters|total_time)=") == 1))
     return df.select(pl.when(succ.fill_null(False)).then(pl.lit(FAST_SUCCESS, pl.UInt8))
                      .when((short & p.is_null() & t.str.contains(_FAST_RADIX)).fill_null(False))
                      .then(pl.lit(FAST_RADIX, pl.UInt8)).alias("kind"))["kind"]
