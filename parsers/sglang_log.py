@@ -415,10 +415,148 @@ _BATCH_LEAD = (r"^(?P<lead>(?:\[gpu_id=(?P<gpu>\d+)\] )?(?P<label>Prefill batch|
 
 
 def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _State) -> int:
-    """engine_batches rows from batch records; invalid lines rejected with their reason. Returns lines parsed."""
+    """engine_batches rows from batch records; invalid lines rejected with their reason. Returns lines parsed.
+
+    Lines of a layout seen in the frame that validate against it whole go the fast way (`_fast_batches`); the
+    rest (other labels, SWA values, unknown or cut fields, 0.1 layouts) the generic one, which gives the same rows
+    for the lines both can read and the reasons for the others."""
     b = recs.filter(pl.col("cat") == "batch")
     if b.height == 0:
         return 0
+    parts, n = [], 0
+    if FAST_BATCHES:
+        fast, b = _fast_batches(b)
+        if fast is not None:
+            out, fb = fast
+            parts.append(out)
+            n += int(fb["line_count"].sum())
+            st.debris_lines += int(fb["debris"].sum())
+    if b.height:
+        out, k = _generic_batches(ctx, lines, b, st)
+        if out is not None:
+            parts.append(out)
+        n += k
+    if parts:
+        ctx.write("engine_batches", pl.concat(parts).sort("line_no") if len(parts) > 1 else parts[0])
+    return n
+
+
+FAST_BATCHES = True  # tests turn it off to check that the generic reader gives the same rows
+_FAST_LABELS = ("Prefill batch, ", "Prefill batch. ", "Decode batch, ", "Decode batch. ")
+_FAST_TRIES = 4  # layouts tried per (label, field count) group of a frame; lines of further layouts go generic
+# The value of a layout's last field when the line has no trailing `, `: a format's last value (see `complete`).
+_LAST_VALUE_RX = r"-?\d+%?|\d+\.\d{2}%?|True|False"
+_BATCH_COLS = ["line_no", "ts_ns", "kind", "tp_rank", "dp_rank", "ep_rank", "pp_rank", "new_seqs", "new_tokens",
+               "cached_tokens", "running_reqs", "queued_reqs", "pending_tokens", "token_usage", "kv_tokens",
+               *[c for _, c in FLOAT_FIELDS], "cuda_graph", "forward_iter", "process", "extra"]
+
+
+def _layout_rx(label: str, keys: list[str]) -> str:
+    """A capture-free regex that a batch line of exactly this label and key list matches, with well-formed plain
+    values, ending as a complete line does (a trailing `,`/`, ` after any field; else a format's last field)."""
+    v = f"(?:{PLAIN_VALUE_RX})"
+    head = "^" + _rx_escape(label) + "".join(_rx_escape(k) + ": " + v + ", " for k in keys[:-1])
+    last = _rx_escape(keys[-1]) + ": "
+    if keys[-1] in TERMINAL_KEYS:
+        return head + last + f"(?:{v},[ \t]*|(?:{_LAST_VALUE_RX})[ \t]*)$"
+    return head + last + v + ",[ \t]*$"
+
+
+def _layout_keys(line: str, label: str) -> list[str] | None:
+    """The keys of one batch line in order (None when its fields are not `key: value` pairs)."""
+    kv = line[len(label):].rstrip(" \t").rstrip(",")
+    pairs = [f.split(": ", 1) for f in kv.split(", ")]
+    return [p[0] for p in pairs] if kv and all(len(p) == 2 for p in pairs) else None
+
+
+def _fast_batches(b: pl.DataFrame) -> tuple[tuple[pl.DataFrame, pl.DataFrame] | None, pl.DataFrame]:
+    """Batch lines read by layout: per (label, field count) the first line's key list gives a validating regex
+    (no captures); the lines it matches are split at `, ` and each field sliced at its known offset. Returns
+    ((engine_batches rows, the records read) or None, the records left for the generic reader)."""
+    m = pl.col("msg1")
+    lab = pl.lit(0)
+    for i, label in enumerate(_FAST_LABELS):
+        lab = pl.when(m.str.starts_with(label)).then(pl.lit(i + 1)).otherwise(lab)
+    b = b.with_columns((lab * 1000 + m.str.count_matches(": ", literal=True).clip(0, 999)).alias("_lk"))
+    rest = [b.filter(pl.col("_lk") < 1000)]
+    done, outs = [], []
+    for lk in b["_lk"].unique().sort().to_list():
+        if lk < 1000:
+            continue
+        label = _FAST_LABELS[lk // 1000 - 1]
+        rows = b.filter(pl.col("_lk") == lk)
+        for _ in range(_FAST_TRIES):
+            if rows.height == 0:
+                break
+            keys = _layout_keys(rows["msg1"][0], label)
+            if not keys:
+                break
+            hit = rows["msg1"].str.contains(_layout_rx(label, keys))
+            if not hit[0]:
+                break
+            need = "#running-req" if label.startswith("Decode") else "#new-token"
+            if need in keys and all(k in KNOWN_KEYS for k in keys):
+                got = rows.filter(hit)
+                done.append(got)
+                outs.append(_fast_rows(got, label, keys))
+            else:
+                rest.append(rows.filter(hit))  # the generic reader gives their reason
+            rows = rows.filter(~hit)
+        rest.append(rows)
+    rest = pl.concat(rest).drop("_lk")
+    if not outs:
+        return None, rest
+    return (pl.concat(outs), pl.concat(done)), rest
+
+
+def _fast_rows(g: pl.DataFrame, label: str, keys: list[str]) -> pl.DataFrame:
+    """engine_batches rows of lines that matched `_layout_rx(label, keys)`: the same values `_batch_rows` reads."""
+    comma = label.endswith(", ")
+    n = len(keys)
+    parts = pl.col("msg1").str.splitn(", ", n + 1 if comma else n)
+    f64, i32, s = pl.Float64, pl.Int32, pl.String
+
+    def val(key: str) -> pl.Expr | None:
+        if key not in keys:
+            return None
+        j = keys.index(key)
+        e = parts.struct.field(f"field_{j + 1 if comma else j}").str.slice(
+            len(key) + 2 + (0 if comma or j else len(label)))
+        return e.str.strip_chars_end(", \t") if j == n - 1 else e
+
+    def first(*ks: str) -> pl.Expr:
+        es = [e for e in map(val, ks) if e is not None]
+        return (pl.coalesce(es) if len(es) > 1 else es[0]) if es else pl.lit(None, s)
+
+    rk = _rank_table(g["ranks"])
+    ranks = pl.col("ranks").fill_null("")
+    extra_ranks = ranks.replace_strict(rk["ranks"], rk["extra"], default=None, return_dtype=s).fill_null("")
+    unmapped = [k for k in keys if k not in MAPPED_KEYS]
+    rest = (pl.concat_str([pl.lit(k + ": ") + val(k) for k in unmapped], separator=", ") if unmapped
+            else pl.lit(""))
+    extra = pl.concat_str([pl.when(extra_ranks != "").then(extra_ranks), pl.when(rest != "").then(rest)],
+                          separator=", ", ignore_nulls=True)
+    graph = first("cuda graph", "npu graph", "cpu graph")
+    cols = {
+        "line_no": pl.col("line_no"), "ts_ns": pl.col("ts_ff"),
+        "kind": pl.lit("prefill" if label.startswith("Prefill") else "decode"),
+        **{col: ranks.replace_strict(rk["ranks"], rk[col], default=None, return_dtype=i32)
+           for col in ("tp_rank", "dp_rank", "ep_rank", "pp_rank")},
+        **{c: first(k).cast(i32, strict=False) for k, c in INT_FIELDS},
+        "token_usage": first("full token usage", "token usage").cast(f64, strict=False),
+        "kv_tokens": first("#full token", "#token").cast(i32, strict=False),
+        **{c: first(k).str.strip_suffix("%").cast(f64, strict=False) for k, c in FLOAT_FIELDS},
+        "cuda_graph": pl.when(graph.is_not_null()).then(graph == "True"),
+        "forward_iter": pl.lit(None, pl.Int64), "process": pl.col("process"),
+        "extra": pl.when(extra != "").then(extra),
+    }
+    return g.select(*[cols[c].alias(c) for c in _BATCH_COLS])
+
+
+def _generic_batches(ctx: ParseContext, lines: pl.DataFrame, b: pl.DataFrame, st: _State
+                     ) -> tuple[pl.DataFrame | None, int]:
+    """The general batch-line reader: every label and layout, each field found by its key; rejects with reasons.
+    Returns (engine_batches rows or None, lines parsed)."""
     m = pl.col("msg1")
     # The label is read off the line's first characters only; the fields are the rest (a capture over the whole
     # line costs a pass over all its bytes).
@@ -499,15 +637,14 @@ def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _St
         st.rejected_batches += bad.height
     good = b.filter(pl.col("_ok"))
     if good.height == 0:
-        return 0
+        return None, 0
     # SWA values and old layouts take the slower per-field searches; the rest the list lookups.
     swa = good["kv"].str.contains("=", literal=True).fill_null(False) | good.select(is_old).to_series().fill_null(False)
     parts = [p for p in (_batch_rows(good.filter(~swa), lay, True), _batch_rows(good.filter(swa), lay, False))
              if p is not None]
     out = pl.concat(parts).sort("line_no") if len(parts) > 1 else parts[0]
-    ctx.write("engine_batches", out)
     st.debris_lines += int(good["debris"].sum())
-    return int(good["line_count"].sum())
+    return out, int(good["line_count"].sum())
 
 
 def _rank_table(ranks: pl.Series) -> dict:
