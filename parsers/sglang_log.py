@@ -277,6 +277,7 @@ _TS_RX = r"(?P<ts>(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)"
 # The common head, anchored at the line start: cheap. P_HEAD (prefixes, debris) runs only where it fails.
 _FAST_LEAD = r"^(?P<lead>\[" + _TS_RX + r"(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\](?: |$))"
 _HEAD_SLICE = 120
+_LEAD_ONLY = r"^\[" + _TS_RX + r"(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\]$"
 _BATCH_START = (r"^(?:(?:\[gpu_id=\d+\] )?(?:Prefill|Decode) batch(?: \[\d+\])?[.,(]|new fill batch\. #seq: |"
                 r"#running-req: \d+, #token: )")
 _ACCESS_START = r'^INFO:\s+\S+ - "[A-Z]+ '
@@ -286,15 +287,20 @@ def _prepare(df: pl.DataFrame) -> pl.DataFrame:
     """Per-line columns: cleaned text, head fields, the message to classify, and the line's category."""
     df = unwrap(df)
     t = pl.col("t")
-    # The head is read off the line's first characters (a capture over the whole line costs a pass over its bytes);
-    # a head that ends the slice without a space must end the line too.
-    fast = t.str.slice(0, _HEAD_SLICE).str.extract_groups(_FAST_LEAD)
-    df = df.with_columns(fast.alias("_f")).with_columns(pl.col("_f").struct.field("lead").str.len_chars().alias("_n"))
-    f = pl.col("_f").struct.field
-    whole = f("lead").str.ends_with(" ") | (pl.col("_n") == t.str.len_chars())
-    df = df.with_columns(pl.when(whole).then(f("ts")).alias("ts"), pl.when(whole).then(f("ranks")).alias("ranks"),
-                         pl.when(whole).then(t.str.slice(pl.col("_n"))).alias("hmsg"),
-                         wrap_names(df["wrap"]), pl.lit(False).alias("debris")).drop("_f", "_n")
+    # The head is found by its first `]` (literal search); its time and rank tags are read once per distinct head
+    # text (a log has few: 1 s resolution), so no capture runs over the lines. A head followed by neither a space
+    # nor the line's end, or past the first _HEAD_SLICE characters, is left to P_HEAD below.
+    close = t.str.find("]", literal=True)
+    whole = (t.str.starts_with("[") & (((close <= _HEAD_SLICE - 2) & (t.str.find("] ", literal=True) == close))
+                                       | ((close <= _HEAD_SLICE - 1) & (t.str.len_bytes() == close + 1))))
+    df = df.with_columns(pl.when(whole).then(t.str.head(close + 1)).alias("_lead"), close.alias("_c"))
+    heads = df.select(pl.col("_lead").drop_nulls().unique())
+    g = pl.col("_lead").str.extract_groups(_LEAD_ONLY)
+    heads = heads.select("_lead", g.struct.field("ts").alias("ts"), g.struct.field("ranks").alias("ranks")
+                         ).filter(pl.col("ts").is_not_null())
+    df = df.join(heads, on="_lead", how="left", maintain_order="left")
+    df = df.with_columns(pl.when(pl.col("ts").is_not_null()).then(t.str.slice(pl.col("_c") + 2)).alias("hmsg"),
+                         wrap_names(df["wrap"]), pl.lit(False).alias("debris")).drop("_lead", "_c")
     rare = df.filter(pl.col("ts").is_null())
     rare = rare.filter(t.str.contains(r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}"))
     if rare.height:
@@ -420,17 +426,18 @@ def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _St
     Lines of a layout seen in the frame that validate against it whole go the fast way (`_fast_batches`); the
     rest (other labels, SWA values, unknown or cut fields, 0.1 layouts) the generic one, which gives the same rows
     for the lines both can read and the reasons for the others."""
-    b = recs.filter(pl.col("cat") == "batch")
+    b = recs.filter(pl.col("cat") == "batch").select(
+        "line_no", "gid", "msg1", "ts_ff", "ranks", "process", "debris", "line_count")
     if b.height == 0:
         return 0
     parts, n = [], 0
     if FAST_BATCHES:
         fast, b = _fast_batches(b)
         if fast is not None:
-            out, fb = fast
+            out, k, debris = fast
             parts.append(out)
-            n += int(fb["line_count"].sum())
-            st.debris_lines += int(fb["debris"].sum())
+            n += k
+            st.debris_lines += debris
     if b.height:
         out, k = _generic_batches(ctx, lines, b, st)
         if out is not None:
@@ -443,9 +450,13 @@ def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _St
 
 FAST_BATCHES = True  # tests turn it off to check that the generic reader gives the same rows
 _FAST_LABELS = ("Prefill batch, ", "Prefill batch. ", "Decode batch, ", "Decode batch. ")
-_FAST_TRIES = 4  # layouts tried per (label, field count) group of a frame; lines of further layouts go generic
+_FAST_TRIES = 8  # layouts tried per label in a frame; lines of further layouts go generic
+_FAST_SKIPS = 64  # lines per label and frame whose own fields are unreadable, skipped before giving up
 # The value of a layout's last field when the line has no trailing `, `: a format's last value (see `complete`).
 _LAST_VALUE_RX = r"-?\d+%?|\d+\.\d{2}%?|True|False"
+# ASCII digits: faster than Unicode `\d` (a smaller automaton), and a line they refuse still goes the generic way.
+_V_ASCII = "(?:" + PLAIN_VALUE_RX.replace(r"\d", "[0-9]") + ")"
+_LAST_ASCII = "(?:" + _LAST_VALUE_RX.replace(r"\d", "[0-9]") + ")"
 _BATCH_COLS = ["line_no", "ts_ns", "kind", "tp_rank", "dp_rank", "ep_rank", "pp_rank", "new_seqs", "new_tokens",
                "cached_tokens", "running_reqs", "queued_reqs", "pending_tokens", "token_usage", "kv_tokens",
                *[c for _, c in FLOAT_FIELDS], "cuda_graph", "forward_iter", "process", "extra"]
@@ -454,11 +465,11 @@ _BATCH_COLS = ["line_no", "ts_ns", "kind", "tp_rank", "dp_rank", "ep_rank", "pp_
 def _layout_rx(label: str, keys: list[str]) -> str:
     """A capture-free regex that a batch line of exactly this label and key list matches, with well-formed plain
     values, ending as a complete line does (a trailing `,`/`, ` after any field; else a format's last field)."""
-    v = f"(?:{PLAIN_VALUE_RX})"
+    v = _V_ASCII
     head = "^" + _rx_escape(label) + "".join(_rx_escape(k) + ": " + v + ", " for k in keys[:-1])
     last = _rx_escape(keys[-1]) + ": "
     if keys[-1] in TERMINAL_KEYS:
-        return head + last + f"(?:{v},[ \t]*|(?:{_LAST_VALUE_RX})[ \t]*)$"
+        return head + last + f"(?:{v},[ \t]*|{_LAST_ASCII}[ \t]*)$"
     return head + last + v + ",[ \t]*$"
 
 
@@ -469,44 +480,69 @@ def _layout_keys(line: str, label: str) -> list[str] | None:
     return [p[0] for p in pairs] if kv and all(len(p) == 2 for p in pairs) else None
 
 
-def _fast_batches(b: pl.DataFrame) -> tuple[tuple[pl.DataFrame, pl.DataFrame] | None, pl.DataFrame]:
-    """Batch lines read by layout: per (label, field count) the first line's key list gives a validating regex
+def _cut_rx(line: str, label: str) -> str | None:
+    """For a line cut inside its last field (`…, npu graph: False, input thr`): a regex of the lines cut the same
+    way (same keys, any plain values, the same last text), which the generic reader rejects alike."""
+    kv = line[len(label):]
+    head, sep, tail = kv.rpartition(", ")
+    keys = _layout_keys(label + head, label) if sep else None
+    if not keys or ": " in tail or not tail:
+        return None
+    return ("^" + _rx_escape(label) + "".join(_rx_escape(k) + ": " + _V_ASCII + ", " for k in keys)
+            + _rx_escape(tail) + "$")
+
+
+def _fast_batches(b: pl.DataFrame) -> tuple[tuple[pl.DataFrame, int, int] | None, pl.DataFrame]:
+    """Batch lines read by layout: per label the first line's key list gives a validating regex
     (no captures); the lines it matches are split at `, ` and each field sliced at its known offset. Returns
-    ((engine_batches rows, the records read) or None, the records left for the generic reader)."""
-    m = pl.col("msg1")
-    lab = pl.lit(0)
-    for i, label in enumerate(_FAST_LABELS):
-        lab = pl.when(m.str.starts_with(label)).then(pl.lit(i + 1)).otherwise(lab)
-    b = b.with_columns((lab * 1000 + m.str.count_matches(": ", literal=True).clip(0, 999)).alias("_lk"))
-    rest = [b.filter(pl.col("_lk") < 1000)]
-    done, outs = [], []
-    for lk in b["_lk"].unique().sort().to_list():
-        if lk < 1000:
+    ((engine_batches rows, lines read, of which with tqdm debris) or None, the records left for the generic
+    reader)."""
+    # The labels' first 14 characters tell them apart; the space after `Prefill batch,` is checked by the regexes.
+    lab = pl.col("msg1").str.head(14).replace_strict([x[:14] for x in _FAST_LABELS], range(1, len(_FAST_LABELS) + 1),
+                                                     default=0, return_dtype=pl.Int8)
+    # Rank tags per distinct tag string (a log has a handful), once for all the frame's layouts.
+    rk = _rank_table(b["ranks"])
+    ranks = pl.col("ranks").fill_null("")
+    b = b.with_columns(lab.alias("_lk"), *[
+        ranks.replace_strict(rk["ranks"], rk[col], default=None, return_dtype=pl.Int32).alias(col)
+        for col in ("tp_rank", "dp_rank", "ep_rank", "pp_rank")],
+        ranks.replace_strict(rk["ranks"], rk["extra"], default=None, return_dtype=pl.String).fill_null("").alias("_xr"))
+    rest, outs, n, debris = [], [], 0, 0
+    for (lk,), rows in sorted(b.partition_by("_lk", as_dict=True).items()):
+        if lk == 0:
+            rest.append(rows)
             continue
-        label = _FAST_LABELS[lk // 1000 - 1]
-        rows = b.filter(pl.col("_lk") == lk)
-        for _ in range(_FAST_TRIES):
-            if rows.height == 0:
-                break
-            keys = _layout_keys(rows["msg1"][0], label)
-            if not keys:
-                break
-            hit = rows["msg1"].str.contains(_layout_rx(label, keys))
-            if not hit[0]:
-                break
+        label = _FAST_LABELS[lk - 1]
+        # A line that fails another layout's regex fails it within a few fields: trying several costs little.
+        tries = skips = 0
+        while rows.height and tries < _FAST_TRIES and skips < _FAST_SKIPS:
+            first = rows["msg1"][0]
+            keys = _layout_keys(first, label)
+            rx = _layout_rx(label, keys) if keys else _cut_rx(first, label)
+            hit = rows["msg1"].str.contains(rx) if rx else None
+            if hit is None or not hit[0]:
+                # A line whose fields do not parse as `key: value` pairs (spliced, mangled): it alone goes generic.
+                rest.append(rows.head(1))
+                rows = rows.slice(1)
+                skips += 1
+                continue
+            tries += 1
+            every = bool(hit.all())
+            got = rows if every else rows.filter(hit)
+            rows = rows.clear() if every else rows.filter(~hit)
             need = "#running-req" if label.startswith("Decode") else "#new-token"
-            if need in keys and all(k in KNOWN_KEYS for k in keys):
-                got = rows.filter(hit)
-                done.append(got)
+            if keys and need in keys and all(k in KNOWN_KEYS for k in keys):
                 outs.append(_fast_rows(got, label, keys))
+                n += int(got["line_count"].sum())
+                debris += int(got["debris"].sum())
             else:
-                rest.append(rows.filter(hit))  # the generic reader gives their reason
-            rows = rows.filter(~hit)
+                rest.append(got)  # the generic reader gives their reason
         rest.append(rows)
-    rest = pl.concat(rest).drop("_lk")
+    rest = [r for r in rest if r.height]
+    rest = (pl.concat(rest) if rest else b.clear()).drop("_lk", "tp_rank", "dp_rank", "ep_rank", "pp_rank", "_xr")
     if not outs:
         return None, rest
-    return (pl.concat(outs), pl.concat(done)), rest
+    return (pl.concat(outs) if len(outs) > 1 else outs[0], n, debris), rest
 
 
 def _fast_rows(g: pl.DataFrame, label: str, keys: list[str]) -> pl.DataFrame:
@@ -528,9 +564,7 @@ def _fast_rows(g: pl.DataFrame, label: str, keys: list[str]) -> pl.DataFrame:
         es = [e for e in map(val, ks) if e is not None]
         return (pl.coalesce(es) if len(es) > 1 else es[0]) if es else pl.lit(None, s)
 
-    rk = _rank_table(g["ranks"])
-    ranks = pl.col("ranks").fill_null("")
-    extra_ranks = ranks.replace_strict(rk["ranks"], rk["extra"], default=None, return_dtype=s).fill_null("")
+    extra_ranks = pl.col("_xr")
     unmapped = [k for k in keys if k not in MAPPED_KEYS]
     rest = (pl.concat_str([pl.lit(k + ": ") + val(k) for k in unmapped], separator=", ") if unmapped
             else pl.lit(""))
@@ -540,8 +574,7 @@ def _fast_rows(g: pl.DataFrame, label: str, keys: list[str]) -> pl.DataFrame:
     cols = {
         "line_no": pl.col("line_no"), "ts_ns": pl.col("ts_ff"),
         "kind": pl.lit("prefill" if label.startswith("Prefill") else "decode"),
-        **{col: ranks.replace_strict(rk["ranks"], rk[col], default=None, return_dtype=i32)
-           for col in ("tp_rank", "dp_rank", "ep_rank", "pp_rank")},
+        **{col: pl.col(col) for col in ("tp_rank", "dp_rank", "ep_rank", "pp_rank")},
         **{c: first(k).cast(i32, strict=False) for k, c in INT_FIELDS},
         "token_usage": first("full token usage", "token usage").cast(f64, strict=False),
         "kv_tokens": first("#full token", "#token").cast(i32, strict=False),
@@ -886,7 +919,8 @@ def _work(ctx: ParseContext, tz: str, lines: pl.DataFrame, recs: pl.DataFrame) -
     d.counts.skipped += int(tq["line_count"].sum()) if tq.height else 0
     d.counts.parsed += _batches(d, lines, recs, st)
     d.counts.parsed += _access(d, recs)
-    rest = _finish(d, recs, st)
+    # What is left for the per-record readers: heads, summaries, stray text (not the many one-line records).
+    rest = _finish(d, recs.filter(pl.col("cat").is_in(["head", "summary", "cont"])), st)
     rest = _config(d, rest, st)
     d.counts.parsed += _events(d, rest)
     return d, st
