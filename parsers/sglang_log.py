@@ -373,7 +373,7 @@ def _times(recs: pl.DataFrame, st: _State) -> pl.DataFrame:
     recs = recs.with_columns(*[ts.replace_strict(u["ts"], u[k], default=None, return_dtype=pl.Int64).alias(k)
                                for k in ("_abs", "_tod")])
     st.abs_rows += int(recs["_abs"].is_not_null().sum())
-    st.ms = st.ms or bool(recs["ts"].str.contains(r"\.\d{3}$").any())
+    st.ms = st.ms or bool(u["ts"].str.contains(r"\.\d{3}$").any())
     tod = recs.filter(pl.col("_tod").is_not_null()).select("gid", "_tod")
     if tod.height:
         prev = pl.col("_tod").shift(1)
@@ -427,17 +427,19 @@ def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _St
     rest (other labels, SWA values, unknown or cut fields, 0.1 layouts) the generic one, which gives the same rows
     for the lines both can read and the reasons for the others."""
     b = recs.filter(pl.col("cat") == "batch").select(
-        "line_no", "gid", "msg1", "ts_ff", "ranks", "process", "debris", "line_count")
+        "line_no", "gid", "msg1", "ts_ff", "ranks", "process", "debris", "line_count", "t")
     if b.height == 0:
         return 0
     parts, n = [], 0
     if FAST_BATCHES:
-        fast, b = _fast_batches(b)
-        if fast is not None:
-            out, k, debris = fast
+        (out, k, debris, bad), b = _fast_batches(b)
+        if out is not None:
             parts.append(out)
             n += k
             st.debris_lines += debris
+        if bad is not None:
+            ctx.write_rejects(bad.to_arrow())
+            st.rejected_batches += bad.height
     if b.height:
         out, k = _generic_batches(ctx, lines, b, st)
         if out is not None:
@@ -492,11 +494,12 @@ def _cut_rx(line: str, label: str) -> str | None:
             + _rx_escape(tail) + "$")
 
 
-def _fast_batches(b: pl.DataFrame) -> tuple[tuple[pl.DataFrame, int, int] | None, pl.DataFrame]:
+def _fast_batches(b: pl.DataFrame) -> tuple[tuple, pl.DataFrame]:
     """Batch lines read by layout: per label the first line's key list gives a validating regex
-    (no captures); the lines it matches are split at `, ` and each field sliced at its known offset. Returns
-    ((engine_batches rows, lines read, of which with tqdm debris) or None, the records left for the generic
-    reader)."""
+    (no captures); the lines it matches are split at `, ` and each field sliced at its known offset; lines of a
+    shape the generic reader rejects whole (an unknown or missing field) get its reason here. Returns
+    ((engine_batches rows or None, lines read, of which with tqdm debris, rejects or None), the records left for
+    the generic reader)."""
     # The labels' first 14 characters tell them apart; the space after `Prefill batch,` is checked by the regexes.
     lab = pl.col("msg1").str.head(14).replace_strict([x[:14] for x in _FAST_LABELS], range(1, len(_FAST_LABELS) + 1),
                                                      default=0, return_dtype=pl.Int8)
@@ -507,7 +510,7 @@ def _fast_batches(b: pl.DataFrame) -> tuple[tuple[pl.DataFrame, int, int] | None
         ranks.replace_strict(rk["ranks"], rk[col], default=None, return_dtype=pl.Int32).alias(col)
         for col in ("tp_rank", "dp_rank", "ep_rank", "pp_rank")],
         ranks.replace_strict(rk["ranks"], rk["extra"], default=None, return_dtype=pl.String).fill_null("").alias("_xr"))
-    rest, outs, n, debris = [], [], 0, 0
+    rest, outs, bad, n, debris = [], [], [], 0, 0
     for (lk,), rows in sorted(b.partition_by("_lk", as_dict=True).items()):
         if lk == 0:
             rest.append(rows)
@@ -535,14 +538,31 @@ def _fast_batches(b: pl.DataFrame) -> tuple[tuple[pl.DataFrame, int, int] | None
                 outs.append(_fast_rows(got, label, keys))
                 n += int(got["line_count"].sum())
                 debris += int(got["debris"].sum())
-            else:
+                continue
+            why = _layout_reason(label, keys or _layout_keys(first.rpartition(", ")[0], label), need, bool(keys))
+            if why is None or int(got["line_count"].max()) > 1:
                 rest.append(got)  # the generic reader gives their reason
+            else:
+                bad.append(got.select("line_no", pl.lit(why).alias("reason"), pl.col("t").alias("raw")))
         rest.append(rows)
     rest = [r for r in rest if r.height]
     rest = (pl.concat(rest) if rest else b.clear()).drop("_lk", "tp_rank", "dp_rank", "ep_rank", "pp_rank", "_xr")
-    if not outs:
-        return None, rest
-    return (pl.concat(outs) if len(outs) > 1 else outs[0], n, debris), rest
+    bad = pl.concat(bad) if bad else None
+    return ((pl.concat(outs) if len(outs) > 1 else outs[0]) if outs else None, n, debris, bad), rest
+
+
+def _layout_reason(label: str, keys: list[str] | None, need: str, whole: bool) -> str | None:
+    """The generic reader's reject reason for every line of one matched shape that it would not read (None: leave
+    them to it). `whole`: the keys are the line's (else the line was cut inside its last field, after `keys`)."""
+    if not keys or any(":" in k or "," in k for k in keys):
+        return None
+    name = label[:-2]
+    unknown = [k for k in keys if k not in KNOWN_KEYS]
+    if unknown:
+        return f"{name} line with unknown field '{unknown[0]}' (spliced or mangled text); not read"
+    if not whole:
+        return f"{name} line whose fields do not fit the known layout; not read"
+    return f"{name} line without {need}; not read" if need not in keys else None
 
 
 def _fast_rows(g: pl.DataFrame, label: str, keys: list[str]) -> pl.DataFrame:
