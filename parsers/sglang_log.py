@@ -11,6 +11,11 @@ one-line records (batch, access, tqdm), where they form a record of their own. R
 
 Batch lines are validated against the known field set: a line with an unknown field (a terminal splice such as
 `#cached-tounning-req`) or cut before its last field is rejected with the reason, never half-read into wrong numbers.
+They are most of a long log's bytes, so they are read by layout first (`_fast_batches`): per label, the key list of
+the first line of each layout in a frame gives one capture-free regex that validates whole lines; the lines it
+matches are split at `, ` and sliced at known offsets, and lines of a shape the generic reader would reject whole get
+its reason there. Everything else (other labels, SWA values, 0.1 layouts, lines no tried layout fits) goes to the
+generic reader, which finds each field by its key; `tests/test_sglang_fast.py` checks that both give the same tables.
 
 Times: `YYYY-MM-DD HH:MM:SS` is local time without zone (`--tz`, default UTC). 0.2.x-0.3.0 print only `HH:MM:SS`:
 the date then comes from another source in the store (the latest with an absolute clock: nearest date, so ±12 h
@@ -299,8 +304,10 @@ def _prepare(df: pl.DataFrame) -> pl.DataFrame:
     heads = heads.select("_lead", g.struct.field("ts").alias("ts"), g.struct.field("ranks").alias("ranks")
                          ).filter(pl.col("ts").is_not_null())
     df = df.join(heads, on="_lead", how="left", maintain_order="left")
-    df = df.with_columns(pl.when(pl.col("ts").is_not_null()).then(t.str.slice(pl.col("_c") + 2)).alias("hmsg"),
-                         wrap_names(df["wrap"]), pl.lit(False).alias("debris")).drop("_lead", "_c")
+    # The message is cut off the line once, below (`_off`); only P_HEAD's rare lines bring it as `hmsg`.
+    df = df.with_columns(pl.when(pl.col("ts").is_not_null()).then(pl.col("_c") + 2).alias("_off"),
+                         pl.lit(None, pl.String).alias("hmsg"), wrap_names(df["wrap"]),
+                         pl.lit(False).alias("debris")).drop("_lead", "_c")
     rare = df.filter(pl.col("ts").is_null())
     rare = rare.filter(t.str.contains(r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}"))
     if rare.height:
@@ -316,10 +323,11 @@ def _prepare(df: pl.DataFrame) -> pl.DataFrame:
         ).filter(pl.col("ts").is_not_null() & pl.col("ok")).drop("ok")
         df = df.update(rare, on="line_no")
     is_head = pl.col("ts").is_not_null()
+    msg = pl.coalesce(pl.col("hmsg"), t.str.slice(pl.col("_off")))
     df = df.with_columns(
-        pl.when(is_head).then(pl.col("hmsg").fill_null("")).otherwise(t).alias("msg1"),
+        pl.when(is_head).then(msg.fill_null("")).otherwise(t).alias("msg1"),
         t.str.contains(r"^\s*$").alias("blank"),
-    ).drop("hmsg")
+    ).drop("hmsg", "_off")
     m = pl.col("msg1")
     cat = (pl.when(m.str.contains(_BATCH_START)).then(pl.lit("batch"))
            .when(m.str.contains(_ACCESS_START)).then(pl.lit("access"))
@@ -370,7 +378,9 @@ def _times(recs: pl.DataFrame, st: _State) -> pl.DataFrame:
                          for k in ("Y", "M", "D", "h", "mi", "s", "ms")])
     u = u.with_columns(full_date_ns(u, "_Y", "_M", "_D", "_h", "_mi", "_s", "_ms", st.tz).alias("_abs"),
                        pl.when(~full).then(_tod_ns(ts)).alias("_tod"))
-    recs = recs.with_columns(*[ts.replace_strict(u["ts"], u[k], default=None, return_dtype=pl.Int64).alias(k)
+    # A log has dated or time-only heads, rarely both: the lookup that would give only NULLs is skipped.
+    recs = recs.with_columns(*[(ts.replace_strict(u["ts"], u[k], default=None, return_dtype=pl.Int64)
+                                if u[k].is_not_null().any() else pl.lit(None, pl.Int64)).alias(k)
                                for k in ("_abs", "_tod")])
     st.abs_rows += int(recs["_abs"].is_not_null().sum())
     st.ms = st.ms or bool(u["ts"].str.contains(r"\.\d{3}$").any())
