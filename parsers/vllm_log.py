@@ -41,6 +41,83 @@ def _mix64(x: np.ndarray) -> np.ndarray:
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return x ^ (x >> np.uint64(31))
 
+
+_HASH_SEED = 0x5EED  # polars' hash seeds: fixed, so a prompt's block hashes do not depend on the run
+
+
+def _pairs(b: np.ndarray, pair: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Where in the bytes `b` the two bytes `pair` start, as masks over the even and the odd positions (compared as
+    16-bit words: half the passes of a byte-wise test)."""
+    w = int.from_bytes(pair, "little")
+    return b[: b.size // 2 * 2].view("<u2") == w, b[1: 1 + (b.size - 1) // 2 * 2].view("<u2") == w
+
+
+def _id_blocks(ids: pl.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The 16-token blocks of `[a, b, c]` token-id lists read from their text, for lists in vLLM's exact print
+    (`[`, decimal ids without leading zeros of at most 18 digits joined by `, `, `]`; at least one id each):
+    (ids per list, a 64-bit hash of each whole block's text, whole blocks per list). None when some list is printed
+    otherwise; `_prompt_blocks_split` reads those the slow way.
+
+    In that print equal text means equal ids, so a block is hashed from its bytes (polars hashes the blocks as one
+    binary array over the text itself) and no id is ever parsed or made a string of its own: numpy finds the
+    commas, and every 16th of a list bounds a block. The checks are byte passes over the text."""
+    arr = ids.to_arrow()
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    rows = len(arr)
+    if rows == 0 or arr.null_count:
+        return None
+    offs = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset: arr.offset + rows + 1]
+    data = arr.buffers()[2]
+    b = np.frombuffer(data, dtype=np.uint8)[offs[0]: offs[-1]]
+    offs = offs - offs[0]
+    lo, hi = offs[:-1] + 1, offs[1:] - 1  # each list's text inside its brackets
+    if not ((b[lo - 1] == 91).all() and (b[hi] == 93).all()):
+        return None
+    comma = np.flatnonzero(b == 44)
+    # `[`, `]`, the commas and a space after each are all the non-digit bytes there are; then every id is digits.
+    if (sum(np.count_nonzero(m) for m in _pairs(b, b", ")) != comma.size
+            or b.size - np.count_nonzero(b < 48) - np.count_nonzero(b > 57) != b.size - 2 * rows - 2 * comma.size):
+        return None
+    # No id starts with 0 unless it is 0 (then text and number agree); none is wider than 18 digits (an int64).
+    even, odd = _pairs(b, b" 0")
+    z = np.concatenate((np.flatnonzero(even) * 2 + 2, np.flatnonzero(odd) * 2 + 3))
+    z = np.concatenate((z[z < b.size], lo[(b[lo] == 48) & (lo + 1 < hi)] + 1))
+    if z.size and np.count_nonzero((b[z] >= 48) & (b[z] <= 57)):
+        return None
+    first = np.searchsorted(comma, offs)  # index of each list's first comma (the last: how many there are)
+    n_tok = np.diff(first) + 1
+    gaps = np.diff(comma) - 2  # the id between two commas
+    cross = first[1:-1]
+    gaps[cross[(cross > 0) & (cross < comma.size)] - 1] = 1  # from one list's last comma to a later list's first
+    one = n_tok == 1
+    if comma.size:
+        w_first = np.where(one, hi - lo, comma[np.minimum(first[:-1], comma.size - 1)] - lo)
+        w_last = np.where(one, hi - lo, hi - comma[np.maximum(first[1:] - 1, 0)] - 2)
+    else:
+        w_first = w_last = hi - lo
+    if (min(w_first.min(), w_last.min()) < 1 or max(w_first.max(), w_last.max()) > 18
+            or (gaps.size and (gaps.min() < 1 or gaps.max() > 18))):
+        return None
+    nb = n_tok // BLOCK
+    if not nb.any():
+        return n_tok, np.zeros(0, np.uint64), nb
+    row = np.repeat(np.arange(rows), nb)
+    j = np.arange(int(nb.sum())) - np.repeat(np.cumsum(nb) - nb, nb)  # block index in its list
+    f = first[:-1][row]
+    start = np.where(j == 0, lo[row], comma[np.maximum(f + BLOCK * j - 1, 0)] + 2)
+    last_tok = BLOCK * j + BLOCK - 1
+    end = np.where(last_tok < n_tok[row] - 1, comma[np.minimum(f + last_tok, comma.size - 1)], hi[row])
+    # The text cut at every block's start and end: blocks and what lies between them, as one binary array.
+    cuts = np.empty(2 * start.size + 2, np.int64)
+    cuts[0], cuts[-1] = 0, b.size
+    cuts[1:-1:2], cuts[2:-1:2] = start, end
+    pieces = pa.LargeBinaryArray.from_buffers(pa.large_binary(), cuts.size - 1,
+                                              [None, pa.py_buffer(cuts), pa.py_buffer(b)])
+    h = pl.from_arrow(pieces).hash(_HASH_SEED).to_numpy()[1::2]
+    return n_tok, h, nb
+
+
 PATTERNS = P.PATTERNS
 VERSION = "1.0"
 MSG_MAX = 4096  # characters of a message kept in log_events
@@ -486,14 +563,26 @@ class _Run:
         if not g["_okp"].all():
             g = g.with_columns(pl.when(c("_okp")).then(c("params")).otherwise(m.str.extract(P.RECV_PARAMS.regex, 1))
                                .alias("params"))
+        ids_of = g.filter(c("request_id").is_not_null() & c("ids").is_not_null() & (c("ids") != "[]"))
+        parsed = _id_blocks(ids_of["ids"])
+        if parsed is not None:
+            # prompt_tokens from the commas found there (the same count as the commas + 1 below, without the scan)
+            n, h, nb = parsed
+            counts = pl.DataFrame({"line_no": ids_of["line_no"], "_n": pl.Series(n, dtype=pl.Int32)})
+            g = g.join(counts, on="line_no", how="left", maintain_order="left")
+            n_tokens = c("_n")
+        else:
+            n_tokens = (pl.when(c("ids").is_null() | (c("ids") == "[]")).then(None)
+                        .otherwise(c("ids").str.count_matches(",") + 1).cast(pl.Int32))
         ok = g.filter(c("request_id").is_not_null()).select(
-            c("line_no"), c("ts_ns"), c("request_id"), c("params"),
-            pl.when(c("ids").is_null() | (c("ids") == "[]")).then(None)
-            .otherwise(c("ids").str.count_matches(",") + 1).cast(pl.Int32).alias("prompt_tokens"),
+            c("line_no"), c("ts_ns"), c("request_id"), c("params"), n_tokens.alias("prompt_tokens"),
             c("params").str.extract(P.MAX_TOKENS.regex, 1).cast(pl.Int32, strict=False).alias("max_tokens"))
         self._emit("request_events", ok.select(c("line_no"), c("request_id"), pl.lit("received").alias("event"),
                                                    c("ts_ns")))
-        self._prompt_blocks(g.filter(c("request_id").is_not_null()))
+        if parsed is not None:
+            self._prompt_blocks(ids_of["line_no"], ids_of["request_id"], h, nb)
+        else:
+            self._prompt_blocks_split(g.filter(c("request_id").is_not_null()))
         # The request row itself, written now (its params are most of its bytes); finish time, status and
         # request_index come from the lifecycle events at the end of the file.
         endpoint = (pl.when(c("request_id").str.starts_with("chatcmpl-")).then(pl.lit("chat_completions"))
@@ -504,35 +593,45 @@ class _Run:
             endpoint.alias("endpoint"), c("params")))
         return g.filter(c("request_id").is_null())["line_no"]
 
-    def _prompt_blocks(self, g: pl.DataFrame) -> None:
-        """Chain keys of each prompt's whole 16-token blocks (vLLM's default KV block), for `shared_prefix_tokens`:
-        block j's key sums a hash of every block up to j and is mixed with j, so equal keys mean equal prefixes.
-
-        The token ids become one flat int64 array (polars split + cast); the block hashes are numpy arithmetic on
-        its (blocks x 16) view, no per-token strings or groups."""
+    def _prompt_blocks_split(self, g: pl.DataFrame) -> None:
+        """`_prompt_blocks` for token-id lists that `_id_blocks` does not read (an odd print, a cut list): split
+        on `, ` by polars; a token that is not an integer still takes its place, as a value no id has."""
         t = g.select(c("line_no"), c("request_id"),
                      c("ids").str.strip_chars("[]").str.split(", ").alias("t")).filter(c("t").list.len() >= BLOCK)
         if t.height == 0:
             return
         n = t["t"].list.len().to_numpy().astype(np.int64)
-        # A token that is not an integer (a cut or odd print) still takes its place, as a value no id has.
         tok = t["t"].explode().cast(pl.Int64, strict=False).fill_null(-1).to_numpy().view(np.uint64)
         nb = n // BLOCK
         start = np.concatenate(([0], np.cumsum(n)[:-1]))
         # Row of every whole block in `tok`: the prompt's start plus 16 x the block's position in it.
-        first_blk = np.concatenate(([0], np.cumsum(nb)[:-1]))
-        b = np.arange(int(nb.sum()), dtype=np.int64) - np.repeat(first_blk, nb)
+        b = np.arange(int(nb.sum()), dtype=np.int64) - np.repeat(np.cumsum(nb) - nb, nb)
         rows = np.repeat(start, nb) + b * BLOCK
         blocks = tok[rows[:, None] + np.arange(BLOCK)]
         with np.errstate(over="ignore"):
             h = _mix64((blocks * _BLOCK_MULT).sum(axis=1, dtype=np.uint64))
+        self._prompt_blocks(t["line_no"], t["request_id"], h, nb)
+
+    def _prompt_blocks(self, line_no: pl.Series, request_id: pl.Series, h: np.ndarray, nb: np.ndarray) -> None:
+        """Chain keys of each prompt's whole 16-token blocks (vLLM's default KV block), for `shared_prefix_tokens`:
+        block j's key sums the hashes `h` of every block up to j and is mixed with j, so equal keys mean equal
+        prefixes. `h` holds every prompt's block hashes one after another, `nb` how many each prompt has."""
+        keep = nb > 0
+        if not keep.any():
+            return
+        nb = nb[keep]
+        first_blk = np.concatenate(([0], np.cumsum(nb)[:-1]))
+        b = np.arange(int(nb.sum()), dtype=np.int64) - np.repeat(first_blk, nb)
+        with np.errstate(over="ignore"):
             chain = np.cumsum(h, dtype=np.uint64)
             # the chain up to each prompt's start
             before = np.repeat(np.concatenate((np.zeros(1, np.uint64), chain))[first_blk], nb)
             key = _mix64((chain - before) ^ (b.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)))
+        kept = pl.Series(keep)
         self.prefix_keys.append(pa.table({
-            "line_no": np.repeat(t["line_no"].to_numpy(), nb), "key": key.view(np.int64)}))
-        self.prefix_reqs.append(t.select("line_no", "request_id").to_arrow())
+            "line_no": np.repeat(line_no.filter(kept).to_numpy(), nb), "key": key.view(np.int64)}))
+        self.prefix_reqs.append(pl.DataFrame({"line_no": line_no.filter(kept),
+                                              "request_id": request_id.filter(kept)}).to_arrow())
 
     def _shared_prefixes(self) -> None:
         """requests.shared_prefix_tokens: whole blocks each prompt shares with a prompt received before it."""
