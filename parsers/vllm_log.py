@@ -638,12 +638,9 @@ class _Run:
         if not self.prefix_keys:
             return
         keys = pa.concat_tables(self.prefix_keys)
-        key = keys["key"].to_numpy()
-        line = keys["line_no"].to_numpy()
-        # Blocks are in file order: a block is shared when its key first appeared on an earlier line.
-        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        shared = line[first][inv] < line
-        per_line = pl.DataFrame({"line_no": line, "s": shared}).group_by("line_no").agg(pl.col("s").sum())
+        # A block is shared when its key appeared on an earlier line (a hash group-by: no sort of all the keys).
+        per_line = (pl.from_arrow(keys).with_columns((c("line_no").min().over("key") < c("line_no")).alias("s"))
+                    .group_by("line_no").agg(c("s").sum()))
         reqs = pl.from_arrow(pa.concat_tables(self.prefix_reqs)).join(per_line, on="line_no", how="left")
         counts = reqs.group_by("request_id").agg(pl.col("s").fill_null(0).sum().alias("n")).to_arrow()
         self.con.register("_vllm_prefix_counts", counts)
@@ -952,18 +949,22 @@ def _python_warning_tails(df: pl.DataFrame) -> pl.DataFrame:
     cand = ((df["kind"] == "other") & df["noise"].is_null() & df["tb_event"].is_null()).arg_true().cast(pl.Int64)
     if cand.len() == 0:
         return df
-    pfx = df["process"].fill_null("")
-    mine = pfx.gather(cand)
+    # The stream of every line as a small integer, and for each candidate the nearest earlier line of its stream
+    # within 6 lines (numpy over a (candidates x 6) matrix instead of a polars call per distance).
+    stream = df["process"].fill_null("").cast(pl.Categorical).to_physical().to_numpy()
+    pw = pw.to_numpy().copy()
+    ci = cand.to_numpy()
+    back = ci[:, None] - np.arange(1, 7)
+    at = np.clip(back, 0, None)
+    same = (stream[at] == stream[ci][:, None]) & (back >= 0)
+    has = same.any(axis=1)
+    near = at[np.arange(ci.size), same.argmax(axis=1)]
     for _ in range(3):
-        found = pl.repeat(None, cand.len(), dtype=pl.Boolean, eager=True)
-        for k in range(1, 7):
-            j = (cand - k).clip(0)
-            same = (pfx.gather(j) == mine) & (cand - k >= 0)
-            found = pl.select(pl.when(found.is_null() & same).then(pw.gather(j)).otherwise(found)).to_series()
-        hit = found.fill_null(False)
+        hit = has & pw[near]
         if not hit.any():
             break
-        pw = pw.scatter(cand.filter(hit), True)
+        pw[ci[hit]] = True
+    pw = pl.Series(pw)
     noise = df["noise"].scatter(cand.filter(pw.gather(cand)), "python_warning")
     return df.with_columns(noise)
 
