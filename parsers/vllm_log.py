@@ -56,7 +56,7 @@ def _id_blocks(ids: pl.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray] | No
     """The 16-token blocks of `[a, b, c]` token-id lists read from their text, for lists in vLLM's exact print
     (`[`, decimal ids without leading zeros of at most 18 digits joined by `, `, `]`; at least one id each):
     (ids per list, a 64-bit hash of each whole block's text, whole blocks per list). None when some list is printed
-    otherwise; `_prompt_blocks_split` reads those the slow way.
+    otherwise; `_split_blocks` reads those the slow way.
 
     In that print equal text means equal ids, so a block is hashed from its bytes (polars hashes the blocks as one
     binary array over the text itself) and no id is ever parsed or made a string of its own: numpy finds the
@@ -539,50 +539,25 @@ class _Run:
     def _received(self, sub: pl.DataFrame) -> pl.Series | None:
         """Received lines: id, prompt length (number of prompt_token_ids), sampling params, max_tokens.
 
-        These lines are most of a log's bytes (a prompt and its token ids, up to ~10 kB each), so the fields are
-        located with literal searches (`received_prompt_token_ids` / `received_params` give the format) and cut
-        out as byte slices; only lines where that does not give a well-formed params repr fall back to the regex.
-        """
+        `_classify` read them already on the worker threads (`_received_fields`); a line whose message changed
+        since (a hard-wrapped line joined to its pieces) is read again here."""
         if sub.height == 0:
             return None
-        m = c("msg")
-        g = sub.select(c("line_no"), c("ts_ns"), m, m.str.extract(P.RECV_ID.regex, 1).alias("request_id"),
-                       m.str.find("prompt_token_ids: ", literal=True).alias("_i"),
-                       m.str.find("params: ", literal=True).alias("_p"),
-                       m.str.find(", lora_request: ", literal=True).alias("_l"))
-        b = m.cast(pl.Binary)
-        tail = pl.when(c("_i").is_not_null()).then(b.bin.slice(c("_i") + 18).cast(pl.String))
-        end = pl.coalesce(c("_i") - 2, c("_l"))
-        params = pl.when(c("_p").is_not_null() & (end > c("_p"))).then(
-            b.bin.slice(c("_p") + 8, end - c("_p") - 8).cast(pl.String))
-        g = g.with_columns(tail.alias("_t"), params.alias("params"))
-        ids = pl.when(c("_t").str.starts_with("[")).then(c("_t").str.slice(0, c("_t").str.find("]", literal=True) + 1))
-        ok_params = (c("params").str.slice(0, 48).str.contains(P.PARAMS_HEAD.regex) & c("params").str.ends_with(")")) | (
-            c("params") == "None")
-        g = g.with_columns(ids.alias("ids"), ok_params.fill_null(False).alias("_okp"))
-        if not g["_okp"].all():
-            g = g.with_columns(pl.when(c("_okp")).then(c("params")).otherwise(m.str.extract(P.RECV_PARAMS.regex, 1))
-                               .alias("params"))
-        ids_of = g.filter(c("request_id").is_not_null() & c("ids").is_not_null() & (c("ids") != "[]"))
-        parsed = _id_blocks(ids_of["ids"])
-        if parsed is not None:
-            # prompt_tokens from the commas found there (the same count as the commas + 1 below, without the scan)
-            n, h, nb = parsed
-            counts = pl.DataFrame({"line_no": ids_of["line_no"], "_n": pl.Series(n, dtype=pl.Int32)})
-            g = g.join(counts, on="line_no", how="left", maintain_order="left")
-            n_tokens = c("_n")
-        else:
-            n_tokens = (pl.when(c("ids").is_null() | (c("ids") == "[]")).then(None)
-                        .otherwise(c("ids").str.count_matches(",") + 1).cast(pl.Int32))
-        ok = g.filter(c("request_id").is_not_null()).select(
-            c("line_no"), c("ts_ns"), c("request_id"), c("params"), n_tokens.alias("prompt_tokens"),
-            c("params").str.extract(P.MAX_TOKENS.regex, 1).cast(pl.Int32, strict=False).alias("max_tokens"))
+        cols = ["line_no", "request_id", "params", "prompt_tokens", "max_tokens", "_blk"]
+        pre = sub["_pre"] & (sub["nlines"] == 1)
+        g = sub.filter(pre).select("line_no", "ts_ns", *[c(f"_r_{k}").alias(k) for k in cols[1:]])
+        if not pre.all():
+            again = sub.filter(~pre)
+            g = pl.concat([g, again.select("line_no", "ts_ns").join(_received_fields(again.select("line_no", "msg")),
+                                                                    on="line_no", how="left", maintain_order="left")
+                           .select(g.columns)]).sort("line_no")
+        ok = g.filter(c("request_id").is_not_null())
         self._emit("request_events", ok.select(c("line_no"), c("request_id"), pl.lit("received").alias("event"),
                                                    c("ts_ns")))
-        if parsed is not None:
-            self._prompt_blocks(ids_of["line_no"], ids_of["request_id"], h, nb)
-        else:
-            self._prompt_blocks_split(g.filter(c("request_id").is_not_null()))
+        blk = ok.filter(c("_blk").is_not_null())
+        if blk.height:
+            self._prompt_blocks(blk["line_no"], blk["request_id"], blk["_blk"].explode().to_numpy(),
+                                blk["_blk"].list.len().to_numpy().astype(np.int64))
         # The request row itself, written now (its params are most of its bytes); finish time, status and
         # request_index come from the lifecycle events at the end of the file.
         endpoint = (pl.when(c("request_id").str.starts_with("chatcmpl-")).then(pl.lit("chat_completions"))
@@ -592,25 +567,6 @@ class _Run:
             pl.lit("server").alias("kind"), c("ts_ns").alias("arrival_ns"), c("prompt_tokens"), c("max_tokens"),
             endpoint.alias("endpoint"), c("params")))
         return g.filter(c("request_id").is_null())["line_no"]
-
-    def _prompt_blocks_split(self, g: pl.DataFrame) -> None:
-        """`_prompt_blocks` for token-id lists that `_id_blocks` does not read (an odd print, a cut list): split
-        on `, ` by polars; a token that is not an integer still takes its place, as a value no id has."""
-        t = g.select(c("line_no"), c("request_id"),
-                     c("ids").str.strip_chars("[]").str.split(", ").alias("t")).filter(c("t").list.len() >= BLOCK)
-        if t.height == 0:
-            return
-        n = t["t"].list.len().to_numpy().astype(np.int64)
-        tok = t["t"].explode().cast(pl.Int64, strict=False).fill_null(-1).to_numpy().view(np.uint64)
-        nb = n // BLOCK
-        start = np.concatenate(([0], np.cumsum(n)[:-1]))
-        # Row of every whole block in `tok`: the prompt's start plus 16 x the block's position in it.
-        b = np.arange(int(nb.sum()), dtype=np.int64) - np.repeat(np.cumsum(nb) - nb, nb)
-        rows = np.repeat(start, nb) + b * BLOCK
-        blocks = tok[rows[:, None] + np.arange(BLOCK)]
-        with np.errstate(over="ignore"):
-            h = _mix64((blocks * _BLOCK_MULT).sum(axis=1, dtype=np.uint64))
-        self._prompt_blocks(t["line_no"], t["request_id"], h, nb)
 
     def _prompt_blocks(self, line_no: pl.Series, request_id: pl.Series, h: np.ndarray, nb: np.ndarray) -> None:
         """Chain keys of each prompt's whole 16-token blocks (vLLM's default KV block), for `shared_prefix_tokens`:
@@ -826,6 +782,99 @@ class _Run:
             WHERE r.source_id = $1 AND r.request_id = f.request_id""", [sid])
 
 
+# -- Received lines (pure functions of their rows) ----------------------------------------------------------
+
+_RECV_COLS = {"request_id": pl.String, "params": pl.String, "prompt_tokens": pl.Int32, "max_tokens": pl.Int32,
+              "_blk": pl.List(pl.UInt64)}
+
+
+def _received_fields(sub: pl.DataFrame) -> pl.DataFrame:
+    """Received lines (line_no, msg) → line_no, request_id, params, prompt_tokens, max_tokens and `_blk`, the hashes
+    of the prompt's whole 16-token blocks (NULL without one), for `_Run._prompt_blocks`.
+
+    These lines are most of a log's bytes (a prompt and its token ids, up to ~10 kB each), so the fields are
+    located with literal searches (`received_prompt_token_ids` / `received_params` give the format) and cut
+    out as byte slices; only lines where that does not give a well-formed params repr fall back to the regex.
+    """
+    m = c("msg")
+    g = sub.select(c("line_no"), m, m.str.extract(P.RECV_ID.regex, 1).alias("request_id"),
+                   m.str.find("prompt_token_ids: ", literal=True).alias("_i"),
+                   m.str.find("params: ", literal=True).alias("_p"),
+                   m.str.find(", lora_request: ", literal=True).alias("_l"))
+    b = m.cast(pl.Binary)
+    tail = pl.when(c("_i").is_not_null()).then(b.bin.slice(c("_i") + 18).cast(pl.String))
+    end = pl.coalesce(c("_i") - 2, c("_l"))
+    params = pl.when(c("_p").is_not_null() & (end > c("_p"))).then(
+        b.bin.slice(c("_p") + 8, end - c("_p") - 8).cast(pl.String))
+    g = g.with_columns(tail.alias("_t"), params.alias("params"))
+    ids = pl.when(c("_t").str.starts_with("[")).then(c("_t").str.slice(0, c("_t").str.find("]", literal=True) + 1))
+    ok_params = (c("params").str.slice(0, 48).str.contains(P.PARAMS_HEAD.regex) & c("params").str.ends_with(")")) | (
+        c("params") == "None")
+    g = g.with_columns(ids.alias("ids"), ok_params.fill_null(False).alias("_okp"))
+    if not g["_okp"].all():
+        g = g.with_columns(pl.when(c("_okp")).then(c("params")).otherwise(m.str.extract(P.RECV_PARAMS.regex, 1))
+                           .alias("params"))
+    ids_of = g.filter(c("request_id").is_not_null() & c("ids").is_not_null() & (c("ids") != "[]"))
+    parsed = _id_blocks(ids_of["ids"])
+    if parsed is not None:
+        # prompt_tokens from the commas found there (the same count as the commas + 1 below, without the scan)
+        n, h, nb = parsed
+        line_no = ids_of["line_no"]
+    else:
+        n = None
+        line_no, h, nb = _split_blocks(g.filter(c("request_id").is_not_null()))
+    keep = nb > 0
+    offsets = np.concatenate(([0], np.cumsum(nb[keep]))).astype(np.int32)
+    blocks = pl.DataFrame({"line_no": line_no.filter(pl.Series(keep)),
+                           "_blk": pl.from_arrow(pa.ListArray.from_arrays(pa.array(offsets), pa.array(h, pa.uint64())))})
+    g = g.join(blocks, on="line_no", how="left", maintain_order="left")
+    if n is not None:
+        g = g.join(pl.DataFrame({"line_no": ids_of["line_no"], "_n": pl.Series(n, dtype=pl.Int32)}), on="line_no",
+                   how="left", maintain_order="left")
+        n_tokens = c("_n")
+    else:
+        n_tokens = (pl.when(c("ids").is_null() | (c("ids") == "[]")).then(None)
+                    .otherwise(c("ids").str.count_matches(",") + 1).cast(pl.Int32))
+    return g.select(c("line_no"), c("request_id"), c("params"), n_tokens.alias("prompt_tokens"),
+                    c("params").str.extract(P.MAX_TOKENS.regex, 1).cast(pl.Int32, strict=False).alias("max_tokens"),
+                    c("_blk")).cast(_RECV_COLS)
+
+
+def _split_blocks(g: pl.DataFrame) -> tuple[pl.Series, np.ndarray, np.ndarray]:
+    """Block hashes of token-id lists that `_id_blocks` does not read (an odd print, a cut list), split on `, `
+    by polars: (line_no of each list with a whole block, the hashes one list after another, blocks per list).
+    A token that is not an integer still takes its place, as a value no id has."""
+    t = g.select(c("line_no"), c("ids").str.strip_chars("[]").str.split(", ").alias("t")).filter(
+        c("t").list.len() >= BLOCK)
+    if t.height == 0:
+        return t["line_no"], np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    n = t["t"].list.len().to_numpy().astype(np.int64)
+    tok = t["t"].explode().cast(pl.Int64, strict=False).fill_null(-1).to_numpy().view(np.uint64)
+    nb = n // BLOCK
+    start = np.concatenate(([0], np.cumsum(n)[:-1]))
+    # Row of every whole block in `tok`: the prompt's start plus 16 x the block's position in it.
+    b = np.arange(int(nb.sum()), dtype=np.int64) - np.repeat(np.cumsum(nb) - nb, nb)
+    rows = np.repeat(start, nb) + b * BLOCK
+    blocks = tok[rows[:, None] + np.arange(BLOCK)]
+    with np.errstate(over="ignore"):
+        h = _mix64((blocks * _BLOCK_MULT).sum(axis=1, dtype=np.uint64))
+    return t["line_no"], h, nb
+
+
+def _read_received(df: pl.DataFrame) -> pl.DataFrame:
+    """The frame with `_pre` (read here) and the `_received_fields` of its Received records as `_r_*` columns, so
+    the worker threads do this work for `_Run._received` (a line with a Ray dedup marker is left to it, since
+    its message changes when the marker is cut off)."""
+    m = c("msg")
+    recv = (c("kind").is_in(["rec", "ks"]) & m.str.starts_with("Received request ")
+            & ~m.str.contains("across cluster]", literal=True))
+    sub = df.filter(recv).select("line_no", "msg")
+    fields = (_received_fields(sub) if sub.height else
+              pl.DataFrame(schema={"line_no": pl.Int64, **_RECV_COLS}))
+    fields = fields.select(c("line_no"), pl.lit(True).alias("_pre"), *[c(k).alias(f"_r_{k}") for k in _RECV_COLS])
+    return df.join(fields, on="line_no", how="left", maintain_order="left").with_columns(c("_pre").fill_null(False))
+
+
 # -- frame-level classification (pure functions of the frame) --------------------------------------------------
 
 def _classify(frame: pl.DataFrame) -> pl.DataFrame:
@@ -835,7 +884,7 @@ def _classify(frame: pl.DataFrame) -> pl.DataFrame:
         return frame
     df = _patch(frame, frame["text"].str.contains("\x1b", literal=True), "text",
                 c("text").str.replace_all(P.ANSI.regex, ""))
-    return _Run._recover_torn(_envelope(df))
+    return _read_received(_Run._recover_torn(_envelope(df)))
 
 
 

@@ -94,3 +94,30 @@ def test_shared_prefix_tokens_the_same_either_way(tmp_path, monkeypatch):
     slow = shared("slow.duckdb")
     assert fast == slow
     assert sum(r[2] > 0 for r in fast) > 50  # the prompts do share prefixes
+
+
+def test_hard_wrapped_received_line_is_read_again_after_joining(tmp_path):
+    """A Received line hard-wrapped by a terminal copy is read from its joined message, not from the first piece
+    the worker threads saw: the same request row as the unwrapped line."""
+    from stallscope.ingest import ingest_paths
+    from stallscope.parsers import Options
+    from stallscope.store import Store
+
+    ids = "[" + ", ".join(str(1000 + i) for i in range(40)) + "]"
+    line = ("INFO 04-14 16:14:55 [logger.py:39] Received request cmpl-0123456789abcdef0123456789abcdef: prompt: "
+            "'hello', params: SamplingParams(n=1, temperature=0.6, max_tokens=77), prompt_token_ids: "
+            f"{ids}, lora_request: None, prompt_adapter_request: None.")
+    after = "INFO 04-14 16:14:56 [engine.py:310] Added request cmpl-0123456789abcdef0123456789abcdef."
+    wrapped = "\n".join(line[i:i + 80] for i in range(0, len(line), 80))
+
+    def request(name, text):
+        path = tmp_path / f"{name}.log"
+        path.write_text(text + "\n" + after + "\n")
+        with Store(str(tmp_path / f"{name}.duckdb")) as st:
+            ingest_paths(st, [path], options=Options(year=2025))
+            return st.con.execute("SELECT request_id, prompt_tokens, max_tokens, params, arrival_ns FROM requests"
+                                  ).fetchall()
+
+    whole = request("whole", line)
+    assert whole[0][1:3] == (40, 77)
+    assert request("wrapped", wrapped) == whole
