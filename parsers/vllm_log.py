@@ -87,6 +87,7 @@ def _id_blocks(ids: pl.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray] | No
         return None
     first = np.searchsorted(comma, offs)  # index of each list's first comma (the last: how many there are)
     n_tok = np.diff(first) + 1
+    del z
     gaps = np.diff(comma) - 2  # the id between two commas
     cross = first[1:-1]
     gaps[cross[(cross > 0) & (cross < comma.size)] - 1] = 1  # from one list's last comma to a later list's first
@@ -99,6 +100,7 @@ def _id_blocks(ids: pl.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray] | No
     if (min(w_first.min(), w_last.min()) < 1 or max(w_first.max(), w_last.max()) > 18
             or (gaps.size and (gaps.min() < 1 or gaps.max() > 18))):
         return None
+    del gaps
     nb = n_tok // BLOCK
     if not nb.any():
         return n_tok, np.zeros(0, np.uint64), nb
@@ -229,7 +231,7 @@ class _Run:
         ctx = self.ctx
         # Each frame's lines are classified (envelope, ANSI, torn records: per line, no state) by two threads at
         # once, ahead of the records being read here in file order.
-        frames = ordered_map(_classify, _prefetch(iter_line_frames(ctx.input)))
+        frames = ordered_map(_classify, _prefetch(iter_line_frames(ctx.input)), ahead=1)
         carry: pl.DataFrame | None = None
         held = next(frames, None)
         if held is None:
@@ -784,6 +786,7 @@ class _Run:
 
 # -- Received lines (pure functions of their rows) ----------------------------------------------------------
 
+_RECV_LOCK = threading.Lock()
 _RECV_COLS = {"request_id": pl.String, "params": pl.String, "prompt_tokens": pl.Int32, "max_tokens": pl.Int32,
               "_blk": pl.List(pl.UInt64)}
 
@@ -810,7 +813,7 @@ def _received_fields(sub: pl.DataFrame) -> pl.DataFrame:
     ids = pl.when(c("_t").str.starts_with("[")).then(c("_t").str.slice(0, c("_t").str.find("]", literal=True) + 1))
     ok_params = (c("params").str.slice(0, 48).str.contains(P.PARAMS_HEAD.regex) & c("params").str.ends_with(")")) | (
         c("params") == "None")
-    g = g.with_columns(ids.alias("ids"), ok_params.fill_null(False).alias("_okp"))
+    g = g.with_columns(ids.alias("ids"), ok_params.fill_null(False).alias("_okp")).drop("_t")
     if not g["_okp"].all():
         g = g.with_columns(pl.when(c("_okp")).then(c("params")).otherwise(m.str.extract(P.RECV_PARAMS.regex, 1))
                            .alias("params"))
@@ -869,8 +872,11 @@ def _read_received(df: pl.DataFrame) -> pl.DataFrame:
     recv = (c("kind").is_in(["rec", "ks"]) & m.str.starts_with("Received request ")
             & ~m.str.contains("across cluster]", literal=True))
     sub = df.filter(recv).select("line_no", "msg")
-    fields = (_received_fields(sub) if sub.height else
-              pl.DataFrame(schema={"line_no": pl.Int64, **_RECV_COLS}))
+    if sub.height:
+        with _RECV_LOCK:  # one worker at a time: its copies of the lines' text are the parse's largest transient
+            fields = _received_fields(sub)
+    else:
+        fields = pl.DataFrame(schema={"line_no": pl.Int64, **_RECV_COLS})
     fields = fields.select(c("line_no"), pl.lit(True).alias("_pre"), *[c(k).alias(f"_r_{k}") for k in _RECV_COLS])
     return df.join(fields, on="line_no", how="left", maintain_order="left").with_columns(c("_pre").fill_null(False))
 
