@@ -3,8 +3,10 @@
 The file streams through `iter_line_frames` in 16 MB frames (read ahead in a thread; rows go to DuckDB in
 batches from another). Per frame, polars works column-wise: ANSI codes out; anchored regexes (`head_fast`, then
 `head` for the rest) read docker-compose/process prefixes and the record envelope (vLLM, Ray, uvicorn, KServe); hard-wrapped pieces are joined to their record, the lines of a traceback grouped into one
-event, known noise recognised; then each record kind gets its own regexes on its own rows only (the long
-`Received request` lines see three literal-led searches and nothing else). The record at the end of a frame,
+event, known noise recognised; then each record kind gets its own regexes on its own rows only. The long
+`Received request` lines (most of a log's bytes) are read on the worker threads with the envelope: literal-led
+searches cut their fields, and their prompt's 16-token blocks are hashed from the token-id text (`_id_blocks`),
+so the main thread only writes them. The record at the end of a frame,
 which may continue in the next one, is carried over. Requests are assembled in SQL at the end, because a
 request's Received and Finished lines can be far apart. The regexes and their real sample lines live in
 `vllm_log_patterns.py`; the year and zone of the timestamps come from `logtime.py`.
