@@ -11,6 +11,11 @@ one-line records (batch, access, tqdm), where they form a record of their own. R
 
 Batch lines are validated against the known field set: a line with an unknown field (a terminal splice such as
 `#cached-tounning-req`) or cut before its last field is rejected with the reason, never half-read into wrong numbers.
+They are most of a long log's bytes, so they are read by layout first (`_fast_batches`): per label, the key list of
+the first line of each layout in a frame gives one capture-free regex that validates whole lines; the lines it
+matches are split at `, ` and sliced at known offsets, and lines of a shape the generic reader would reject whole get
+its reason there. Everything else (other labels, SWA values, 0.1 layouts, lines no tried layout fits) goes to the
+generic reader, which finds each field by its key; `tests/test_sglang_fast.py` checks that both give the same tables.
 
 Times: `YYYY-MM-DD HH:MM:SS` is local time without zone (`--tz`, default UTC). 0.2.x-0.3.0 print only `HH:MM:SS`:
 the date then comes from another source in the store (the latest with an absolute clock: nearest date, so ±12 h
@@ -277,6 +282,7 @@ _TS_RX = r"(?P<ts>(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)"
 # The common head, anchored at the line start: cheap. P_HEAD (prefixes, debris) runs only where it fails.
 _FAST_LEAD = r"^(?P<lead>\[" + _TS_RX + r"(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\](?: |$))"
 _HEAD_SLICE = 120
+_LEAD_ONLY = r"^\[" + _TS_RX + r"(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\]$"
 _BATCH_START = (r"^(?:(?:\[gpu_id=\d+\] )?(?:Prefill|Decode) batch(?: \[\d+\])?[.,(]|new fill batch\. #seq: |"
                 r"#running-req: \d+, #token: )")
 _ACCESS_START = r'^INFO:\s+\S+ - "[A-Z]+ '
@@ -286,15 +292,22 @@ def _prepare(df: pl.DataFrame) -> pl.DataFrame:
     """Per-line columns: cleaned text, head fields, the message to classify, and the line's category."""
     df = unwrap(df)
     t = pl.col("t")
-    # The head is read off the line's first characters (a capture over the whole line costs a pass over its bytes);
-    # a head that ends the slice without a space must end the line too.
-    fast = t.str.slice(0, _HEAD_SLICE).str.extract_groups(_FAST_LEAD)
-    df = df.with_columns(fast.alias("_f")).with_columns(pl.col("_f").struct.field("lead").str.len_chars().alias("_n"))
-    f = pl.col("_f").struct.field
-    whole = f("lead").str.ends_with(" ") | (pl.col("_n") == t.str.len_chars())
-    df = df.with_columns(pl.when(whole).then(f("ts")).alias("ts"), pl.when(whole).then(f("ranks")).alias("ranks"),
-                         pl.when(whole).then(t.str.slice(pl.col("_n"))).alias("hmsg"),
-                         wrap_names(df["wrap"]), pl.lit(False).alias("debris")).drop("_f", "_n")
+    # The head is found by its first `]` (literal search); its time and rank tags are read once per distinct head
+    # text (a log has few: 1 s resolution), so no capture runs over the lines. A head followed by neither a space
+    # nor the line's end, or past the first _HEAD_SLICE characters, is left to P_HEAD below.
+    close = t.str.find("]", literal=True)
+    whole = (t.str.starts_with("[") & (((close <= _HEAD_SLICE - 2) & (t.str.find("] ", literal=True) == close))
+                                       | ((close <= _HEAD_SLICE - 1) & (t.str.len_bytes() == close + 1))))
+    df = df.with_columns(pl.when(whole).then(t.str.head(close + 1)).alias("_lead"), close.alias("_c"))
+    heads = df.select(pl.col("_lead").drop_nulls().unique())
+    g = pl.col("_lead").str.extract_groups(_LEAD_ONLY)
+    heads = heads.select("_lead", g.struct.field("ts").alias("ts"), g.struct.field("ranks").alias("ranks")
+                         ).filter(pl.col("ts").is_not_null())
+    df = df.join(heads, on="_lead", how="left", maintain_order="left")
+    # The message is cut off the line once, below (`_off`); only P_HEAD's rare lines bring it as `hmsg`.
+    df = df.with_columns(pl.when(pl.col("ts").is_not_null()).then(pl.col("_c") + 2).alias("_off"),
+                         pl.lit(None, pl.String).alias("hmsg"), wrap_names(df["wrap"]),
+                         pl.lit(False).alias("debris")).drop("_lead", "_c")
     rare = df.filter(pl.col("ts").is_null())
     rare = rare.filter(t.str.contains(r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}"))
     if rare.height:
@@ -310,10 +323,11 @@ def _prepare(df: pl.DataFrame) -> pl.DataFrame:
         ).filter(pl.col("ts").is_not_null() & pl.col("ok")).drop("ok")
         df = df.update(rare, on="line_no")
     is_head = pl.col("ts").is_not_null()
+    msg = pl.coalesce(pl.col("hmsg"), t.str.slice(pl.col("_off")))
     df = df.with_columns(
-        pl.when(is_head).then(pl.col("hmsg").fill_null("")).otherwise(t).alias("msg1"),
+        pl.when(is_head).then(msg.fill_null("")).otherwise(t).alias("msg1"),
         t.str.contains(r"^\s*$").alias("blank"),
-    ).drop("hmsg")
+    ).drop("hmsg", "_off")
     m = pl.col("msg1")
     cat = (pl.when(m.str.contains(_BATCH_START)).then(pl.lit("batch"))
            .when(m.str.contains(_ACCESS_START)).then(pl.lit("access"))
@@ -364,10 +378,12 @@ def _times(recs: pl.DataFrame, st: _State) -> pl.DataFrame:
                          for k in ("Y", "M", "D", "h", "mi", "s", "ms")])
     u = u.with_columns(full_date_ns(u, "_Y", "_M", "_D", "_h", "_mi", "_s", "_ms", st.tz).alias("_abs"),
                        pl.when(~full).then(_tod_ns(ts)).alias("_tod"))
-    recs = recs.with_columns(*[ts.replace_strict(u["ts"], u[k], default=None, return_dtype=pl.Int64).alias(k)
+    # A log has dated or time-only heads, rarely both: the lookup that would give only NULLs is skipped.
+    recs = recs.with_columns(*[(ts.replace_strict(u["ts"], u[k], default=None, return_dtype=pl.Int64)
+                                if u[k].is_not_null().any() else pl.lit(None, pl.Int64)).alias(k)
                                for k in ("_abs", "_tod")])
     st.abs_rows += int(recs["_abs"].is_not_null().sum())
-    st.ms = st.ms or bool(recs["ts"].str.contains(r"\.\d{3}$").any())
+    st.ms = st.ms or bool(u["ts"].str.contains(r"\.\d{3}$").any())
     tod = recs.filter(pl.col("_tod").is_not_null()).select("gid", "_tod")
     if tod.height:
         prev = pl.col("_tod").shift(1)
@@ -415,10 +431,195 @@ _BATCH_LEAD = (r"^(?P<lead>(?:\[gpu_id=(?P<gpu>\d+)\] )?(?P<label>Prefill batch|
 
 
 def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _State) -> int:
-    """engine_batches rows from batch records; invalid lines rejected with their reason. Returns lines parsed."""
-    b = recs.filter(pl.col("cat") == "batch")
+    """engine_batches rows from batch records; invalid lines rejected with their reason. Returns lines parsed.
+
+    Lines of a layout seen in the frame that validate against it whole go the fast way (`_fast_batches`); the
+    rest (other labels, SWA values, unknown or cut fields, 0.1 layouts) the generic one, which gives the same rows
+    for the lines both can read and the reasons for the others."""
+    b = recs.filter(pl.col("cat") == "batch").select(
+        "line_no", "gid", "msg1", "ts_ff", "ranks", "process", "debris", "line_count", "t")
     if b.height == 0:
         return 0
+    parts, n = [], 0
+    if FAST_BATCHES:
+        (out, k, debris, bad), b = _fast_batches(b)
+        if out is not None:
+            parts.append(out)
+            n += k
+            st.debris_lines += debris
+        if bad is not None:
+            ctx.write_rejects(bad.to_arrow())
+            st.rejected_batches += bad.height
+    if b.height:
+        out, k = _generic_batches(ctx, lines, b, st)
+        if out is not None:
+            parts.append(out)
+        n += k
+    if parts:
+        ctx.write("engine_batches", pl.concat(parts).sort("line_no") if len(parts) > 1 else parts[0])
+    return n
+
+
+FAST_BATCHES = True  # tests turn it off to check that the generic reader gives the same rows
+_FAST_LABELS = ("Prefill batch, ", "Prefill batch. ", "Decode batch, ", "Decode batch. ")
+_FAST_TRIES = 8  # layouts tried per label in a frame; lines of further layouts go generic
+_FAST_SKIPS = 64  # lines per label and frame whose own fields are unreadable, skipped before giving up
+# The value of a layout's last field when the line has no trailing `, `: a format's last value (see `complete`).
+_LAST_VALUE_RX = r"-?\d+%?|\d+\.\d{2}%?|True|False"
+# ASCII digits: faster than Unicode `\d` (a smaller automaton), and a line they refuse still goes the generic way.
+_V_ASCII = "(?:" + PLAIN_VALUE_RX.replace(r"\d", "[0-9]") + ")"
+_LAST_ASCII = "(?:" + _LAST_VALUE_RX.replace(r"\d", "[0-9]") + ")"
+_BATCH_COLS = ["line_no", "ts_ns", "kind", "tp_rank", "dp_rank", "ep_rank", "pp_rank", "new_seqs", "new_tokens",
+               "cached_tokens", "running_reqs", "queued_reqs", "pending_tokens", "token_usage", "kv_tokens",
+               *[c for _, c in FLOAT_FIELDS], "cuda_graph", "forward_iter", "process", "extra"]
+
+
+def _layout_rx(label: str, keys: list[str]) -> str:
+    """A capture-free regex that a batch line of exactly this label and key list matches, with well-formed plain
+    values, ending as a complete line does (a trailing `,`/`, ` after any field; else a format's last field)."""
+    v = _V_ASCII
+    head = "^" + _rx_escape(label) + "".join(_rx_escape(k) + ": " + v + ", " for k in keys[:-1])
+    last = _rx_escape(keys[-1]) + ": "
+    if keys[-1] in TERMINAL_KEYS:
+        return head + last + f"(?:{v},[ \t]*|{_LAST_ASCII}[ \t]*)$"
+    return head + last + v + ",[ \t]*$"
+
+
+def _layout_keys(line: str, label: str) -> list[str] | None:
+    """The keys of one batch line in order (None when its fields are not `key: value` pairs)."""
+    kv = line[len(label):].rstrip(" \t").rstrip(",")
+    pairs = [f.split(": ", 1) for f in kv.split(", ")]
+    return [p[0] for p in pairs] if kv and all(len(p) == 2 for p in pairs) else None
+
+
+def _cut_rx(line: str, label: str) -> str | None:
+    """For a line cut inside its last field (`…, npu graph: False, input thr`): a regex of the lines cut the same
+    way (same keys, any plain values, the same last text), which the generic reader rejects alike."""
+    kv = line[len(label):]
+    head, sep, tail = kv.rpartition(", ")
+    keys = _layout_keys(label + head, label) if sep else None
+    if not keys or ": " in tail or not tail:
+        return None
+    return ("^" + _rx_escape(label) + "".join(_rx_escape(k) + ": " + _V_ASCII + ", " for k in keys)
+            + _rx_escape(tail) + "$")
+
+
+def _fast_batches(b: pl.DataFrame) -> tuple[tuple, pl.DataFrame]:
+    """Batch lines read by layout: per label the first line's key list gives a validating regex
+    (no captures); the lines it matches are split at `, ` and each field sliced at its known offset; lines of a
+    shape the generic reader rejects whole (an unknown or missing field) get its reason here. Returns
+    ((engine_batches rows or None, lines read, of which with tqdm debris, rejects or None), the records left for
+    the generic reader)."""
+    # The labels' first 14 characters tell them apart; the space after `Prefill batch,` is checked by the regexes.
+    lab = pl.col("msg1").str.head(14).replace_strict([x[:14] for x in _FAST_LABELS], range(1, len(_FAST_LABELS) + 1),
+                                                     default=0, return_dtype=pl.Int8)
+    # Rank tags per distinct tag string (a log has a handful), once for all the frame's layouts.
+    rk = _rank_table(b["ranks"])
+    ranks = pl.col("ranks").fill_null("")
+    b = b.with_columns(lab.alias("_lk"), *[
+        ranks.replace_strict(rk["ranks"], rk[col], default=None, return_dtype=pl.Int32).alias(col)
+        for col in ("tp_rank", "dp_rank", "ep_rank", "pp_rank")],
+        ranks.replace_strict(rk["ranks"], rk["extra"], default=None, return_dtype=pl.String).fill_null("").alias("_xr"))
+    rest, outs, bad, n, debris = [], [], [], 0, 0
+    for (lk,), rows in sorted(b.partition_by("_lk", as_dict=True).items()):
+        if lk == 0:
+            rest.append(rows)
+            continue
+        label = _FAST_LABELS[lk - 1]
+        # A line that fails another layout's regex fails it within a few fields: trying several costs little.
+        tries = skips = 0
+        while rows.height and tries < _FAST_TRIES and skips < _FAST_SKIPS:
+            first = rows["msg1"][0]
+            keys = _layout_keys(first, label)
+            rx = _layout_rx(label, keys) if keys else _cut_rx(first, label)
+            hit = rows["msg1"].str.contains(rx) if rx else None
+            if hit is None or not hit[0]:
+                # A line whose fields do not parse as `key: value` pairs (spliced, mangled): it alone goes generic.
+                rest.append(rows.head(1))
+                rows = rows.slice(1)
+                skips += 1
+                continue
+            tries += 1
+            every = bool(hit.all())
+            got = rows if every else rows.filter(hit)
+            rows = rows.clear() if every else rows.filter(~hit)
+            need = "#running-req" if label.startswith("Decode") else "#new-token"
+            if keys and need in keys and all(k in KNOWN_KEYS for k in keys):
+                outs.append(_fast_rows(got, label, keys))
+                n += int(got["line_count"].sum())
+                debris += int(got["debris"].sum())
+                continue
+            why = _layout_reason(label, keys or _layout_keys(first.rpartition(", ")[0], label), need, bool(keys))
+            if why is None or int(got["line_count"].max()) > 1:
+                rest.append(got)  # the generic reader gives their reason
+            else:
+                bad.append(got.select("line_no", pl.lit(why).alias("reason"), pl.col("t").alias("raw")))
+        rest.append(rows)
+    rest = [r for r in rest if r.height]
+    rest = (pl.concat(rest) if rest else b.clear()).drop("_lk", "tp_rank", "dp_rank", "ep_rank", "pp_rank", "_xr")
+    bad = pl.concat(bad) if bad else None
+    return ((pl.concat(outs) if len(outs) > 1 else outs[0]) if outs else None, n, debris, bad), rest
+
+
+def _layout_reason(label: str, keys: list[str] | None, need: str, whole: bool) -> str | None:
+    """The generic reader's reject reason for every line of one matched shape that it would not read (None: leave
+    them to it). `whole`: the keys are the line's (else the line was cut inside its last field, after `keys`)."""
+    if not keys or any(":" in k or "," in k for k in keys):
+        return None
+    name = label[:-2]
+    unknown = [k for k in keys if k not in KNOWN_KEYS]
+    if unknown:
+        return f"{name} line with unknown field '{unknown[0]}' (spliced or mangled text); not read"
+    if not whole:
+        return f"{name} line whose fields do not fit the known layout; not read"
+    return f"{name} line without {need}; not read" if need not in keys else None
+
+
+def _fast_rows(g: pl.DataFrame, label: str, keys: list[str]) -> pl.DataFrame:
+    """engine_batches rows of lines that matched `_layout_rx(label, keys)`: the same values `_batch_rows` reads."""
+    comma = label.endswith(", ")
+    n = len(keys)
+    parts = pl.col("msg1").str.splitn(", ", n + 1 if comma else n)
+    f64, i32, s = pl.Float64, pl.Int32, pl.String
+
+    def val(key: str) -> pl.Expr | None:
+        if key not in keys:
+            return None
+        j = keys.index(key)
+        e = parts.struct.field(f"field_{j + 1 if comma else j}").str.slice(
+            len(key) + 2 + (0 if comma or j else len(label)))
+        return e.str.strip_chars_end(", \t") if j == n - 1 else e
+
+    def first(*ks: str) -> pl.Expr:
+        es = [e for e in map(val, ks) if e is not None]
+        return (pl.coalesce(es) if len(es) > 1 else es[0]) if es else pl.lit(None, s)
+
+    extra_ranks = pl.col("_xr")
+    unmapped = [k for k in keys if k not in MAPPED_KEYS]
+    rest = (pl.concat_str([pl.lit(k + ": ") + val(k) for k in unmapped], separator=", ") if unmapped
+            else pl.lit(""))
+    extra = pl.concat_str([pl.when(extra_ranks != "").then(extra_ranks), pl.when(rest != "").then(rest)],
+                          separator=", ", ignore_nulls=True)
+    graph = first("cuda graph", "npu graph", "cpu graph")
+    cols = {
+        "line_no": pl.col("line_no"), "ts_ns": pl.col("ts_ff"),
+        "kind": pl.lit("prefill" if label.startswith("Prefill") else "decode"),
+        **{col: pl.col(col) for col in ("tp_rank", "dp_rank", "ep_rank", "pp_rank")},
+        **{c: first(k).cast(i32, strict=False) for k, c in INT_FIELDS},
+        "token_usage": first("full token usage", "token usage").cast(f64, strict=False),
+        "kv_tokens": first("#full token", "#token").cast(i32, strict=False),
+        **{c: first(k).str.strip_suffix("%").cast(f64, strict=False) for k, c in FLOAT_FIELDS},
+        "cuda_graph": pl.when(graph.is_not_null()).then(graph == "True"),
+        "forward_iter": pl.lit(None, pl.Int64), "process": pl.col("process"),
+        "extra": pl.when(extra != "").then(extra),
+    }
+    return g.select(*[cols[c].alias(c) for c in _BATCH_COLS])
+
+
+def _generic_batches(ctx: ParseContext, lines: pl.DataFrame, b: pl.DataFrame, st: _State
+                     ) -> tuple[pl.DataFrame | None, int]:
+    """The general batch-line reader: every label and layout, each field found by its key; rejects with reasons.
+    Returns (engine_batches rows or None, lines parsed)."""
     m = pl.col("msg1")
     # The label is read off the line's first characters only; the fields are the rest (a capture over the whole
     # line costs a pass over all its bytes).
@@ -499,15 +700,14 @@ def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _St
         st.rejected_batches += bad.height
     good = b.filter(pl.col("_ok"))
     if good.height == 0:
-        return 0
+        return None, 0
     # SWA values and old layouts take the slower per-field searches; the rest the list lookups.
     swa = good["kv"].str.contains("=", literal=True).fill_null(False) | good.select(is_old).to_series().fill_null(False)
     parts = [p for p in (_batch_rows(good.filter(~swa), lay, True), _batch_rows(good.filter(swa), lay, False))
              if p is not None]
     out = pl.concat(parts).sort("line_no") if len(parts) > 1 else parts[0]
-    ctx.write("engine_batches", out)
     st.debris_lines += int(good["debris"].sum())
-    return int(good["line_count"].sum())
+    return out, int(good["line_count"].sum())
 
 
 def _rank_table(ranks: pl.Series) -> dict:
@@ -749,7 +949,8 @@ def _work(ctx: ParseContext, tz: str, lines: pl.DataFrame, recs: pl.DataFrame) -
     d.counts.skipped += int(tq["line_count"].sum()) if tq.height else 0
     d.counts.parsed += _batches(d, lines, recs, st)
     d.counts.parsed += _access(d, recs)
-    rest = _finish(d, recs, st)
+    # What is left for the per-record readers: heads, summaries, stray text (not the many one-line records).
+    rest = _finish(d, recs.filter(pl.col("cat").is_in(["head", "summary", "cont"])), st)
     rest = _config(d, rest, st)
     d.counts.parsed += _events(d, rest)
     return d, st

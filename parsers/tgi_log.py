@@ -11,19 +11,28 @@ group ids from its cumulative sum, `group_by` + `str.join`; no Python loop over 
 (frames with the cut-gzip check, the record splitter, trailing blanks, config rows) live in `logrecords`, shared with
 `sglang_log`.
 
+Kind first: most of a serving log is `Success` lines and radix lines, each a record of its own. `_fast_kind` picks
+out those the generic path would read as exactly that (literal finds and capture-free regexes on the raw line); they
+skip the head columns and record formation and are read by position (`_fast_frames`), then merged back in file
+order where order matters (the running request index, times carried to untimed records). Everything else takes the
+generic path. STALLSCOPE_TGI_GENERIC=1 sends every line through the generic path (tests/test_tgi_fastpath.py checks
+both give the same store; bench/tgi_equiv.py checks a checkout against another).
+
 Times: TGI prints RFC 3339 UTC with `Z`. A line pasted without its timestamp gives a request with NULL times (it
 still counts); other untimed records inherit the previous timed record's time (NULL when none precedes).
 """
 from __future__ import annotations
 
+import os
 import re
 
-
+import numpy as np
 import polars as pl
 
 from .base import InputFile, ParseContext, Parser
 from .logrecords import (ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
-                         note_rows, record_frames, BufferedWrites, span_of_times, with_body, write_config)
+                         note_rows, BufferedWrites, RecordSplitter, collapse, dedup_note, line_frames, span_of_times,
+                         trim_trailing_blanks, with_body, write_config)
 from .lines import ordered_map
 from .patterns import Pattern, Sample
 from .prefixes import unwrap_text
@@ -197,6 +206,24 @@ P_ARGS_PAIR = Pattern(
         "line); a value without its closing `,` or `}` (a cut record) is not taken. The separator's comma is "
         "consumed by the previous pair, so a pair starts after `{ ` or a space.",
 )
+_DUR = r"\d+(?:\.\d+)?(?:ns|µs|μs|us|ms|s)"
+P_SUCCESS_TIMINGS = Pattern(
+    "tgi_success_timings",
+    r'^total_time="(?P<total_time>' + _DUR + r')" validation_time="(?P<validation_time>' + _DUR + r')" queue_time="'
+    r'(?P<queue_time>' + _DUR + r')" inference_time="(?P<inference_time>' + _DUR + r')" time_per_token="'
+    r'(?P<time_per_token>' + _DUR + r')" seed="(?P<seed>None|Some\(\d+\))"\}$',
+    (Sample(_L_SUCCESS[_L_SUCCESS.index("total_time="):_L_SUCCESS.index("}: text_") + 1],
+            {"total_time": "611.286748ms", "validation_time": "754.5µs", "time_per_token": "43.600359ms",
+             "seed": "None"}, _F_SUCCESS),
+     Sample(_L_CHAT[_L_CHAT.index("total_time="):_L_CHAT.index("}: text_") + 1],
+            {"queue_time": "73.176µs", "seed": "Some(13465365087046561476)"}, _F_CHAT),
+     Sample(_L_UNTIMED[_L_UNTIMED.index("total_time="):_L_UNTIMED.index("}: text_") + 1],
+            {"inference_time": "355.849981ms"}, _F_UNTIMED)),
+    doc="Fast path only: the end of a text `Success` span, from `total_time=` to the span's closing brace, in the "
+        "fixed order TGI prints (`tracing` fields in declaration order). Where it holds and nothing before it looks "
+        "like a timing field, the timings are cut out by splitting at the quotes instead of one P_DURATION capture "
+        "per key; the values are the same (see `_timings`).",
+)
 CONFIG_LINES: list[tuple[str, Pattern]] = [
     ("max_batch_total_tokens", Pattern(
         "tgi_setting_max_batch_total_tokens", r"^Setting max batch total tokens to (?P<v>\d+)$",
@@ -226,8 +253,18 @@ CONFIG_LINES: list[tuple[str, Pattern]] = [
         doc="Launcher v2.3+: the attention backend and whether the radix prefix cache is on.")),
 ]
 
+
+def _literal_lead(rx: str) -> str:
+    """The literal text an anchored pattern's matches start with (up to its first metacharacter)."""
+    m = re.match(r"\^((?:[^\\.^$*+?()\[\]{}|]|\\[^A-Za-z0-9])*)", rx)
+    lead = m.group(1) if m else ""
+    return re.sub(r"\\(.)", r"\1", lead)
+
+
+_CONFIG_LEAD = "^(?:" + "|".join(re.escape(_literal_lead(p.regex)) for _, p in CONFIG_LINES) + ")"
+
 PATTERNS = [P_HEAD, P_UNTIMED, P_REST, P_DURATION, P_SEED, P_PARAMS, P_MAXNEW, P_REQSPAN, P_FIRST_SPAN, P_TRACE_ID,
-            P_BATCH, P_BATCH_ID, P_RADIX, P_ARGS_PAIR] + [p for _, p in CONFIG_LINES]
+            P_BATCH, P_BATCH_ID, P_RADIX, P_ARGS_PAIR, P_SUCCESS_TIMINGS] + [p for _, p in CONFIG_LINES]
 
 # -- sniffing (Python `re` over the first 64 KB only) -------------------------------------------------------------
 _SNIFF_ANSI = re.compile(ANSI_RX)
@@ -256,9 +293,64 @@ def sniff_tgi(head: bytes) -> tuple[str, float] | None:
 # Parsing
 # =====================================================================================================================
 
+def generic_only() -> bool:
+    """STALLSCOPE_TGI_GENERIC=1: every line through the generic record path (the fast paths off), for the
+    equivalence tests and side-by-side runs."""
+    return os.environ.get("STALLSCOPE_TGI_GENERIC", "") not in ("", "0")
+
+
 def _prepare(df: pl.DataFrame) -> pl.DataFrame:
-    """Per-line columns: cleaned text, blank flag, head fields (timed or pasted), JSON start and self-contained JSON."""
+    """Per-line columns: cleaned text, `kind` (FAST_SUCCESS / FAST_RADIX for lines read by the fast path, NULL for the
+    rest), and for the rest the blank flag, head fields (timed or pasted), JSON start and self-contained JSON (NULL
+    on fast lines: the generic expressions skip them)."""
     df = unwrap(df)
+    kind = _fast_kind(df)
+    if kind.null_count() == df.height:
+        return _prepare_generic(df).with_columns(kind)
+    g = _prepare_generic(df.with_columns(pl.when(kind.is_null()).then(pl.col("t")).alias("t")))
+    return g.with_columns(df["t"], kind, *[pl.col(c).fill_null(False) for c in ("blank", "is_json", "json_ok")])
+
+
+FAST_SUCCESS, FAST_RADIX = 1, 2
+# A `Success` record of a request handler, timed (INFO, the level right-aligned by at most a few spaces) or pasted
+# without its time: the head, then the handler's span (its fields start with `parameters=` or `total_time=`).
+# The time in ASCII digits (TS_RX's `\d` is Unicode): the lead is then ASCII, its byte offsets are characters too.
+_TS_ASCII = TS_RX.replace(r"\d", "[0-9]")
+_FAST_SUCCESS_HEAD = (rf"^(?:{_TS_ASCII} {{1,8}})?INFO (?:{'|'.join(HANDLERS)})\{{(?:parameters=|total_time=)")
+# What follows the span chain: the target, file:line, the message `Success`, nothing else.
+_FAST_SUCCESS_TAIL = r": text_generation_[a-z0-9_]+(?:::[a-z0-9_]+)*: (?:[A-Za-z0-9_./-]+\.rs:\d+: )?Success$"
+_FAST_RADIX = (rf"^{_TS_ASCII} {{1,8}}(?:{LEVELS}) text_generation_[a-z0-9_]+(?:::[a-z0-9_]+)*: "
+               r"(?:[A-Za-z0-9_./-]+\.rs:\d+: )?Prefix \d+ - Suffix \d+$")
+_TOTAL_TIME = r"\btotal_time(?:=|\":)\""
+
+
+def _fast_kind(df: pl.DataFrame) -> pl.Series:
+    """Which lines the fast path reads: each test is what the generic path would conclude, made on the raw line.
+
+    FAST_SUCCESS: a head that P_HEAD / P_UNTIMED read with level INFO and a rest starting with a request handler's
+    span, the only `{parameters=` / `{total_time=` of the line (so it names the endpoint); the first
+    `: text_generation_` of the line starts the target lead and `Success` ends it (so `_split_rest` cuts there
+    without P_REST, and its 200-character target window holds the lead); the span chain holds `total_time=`. Such a line is a one-line record (`_flag`), a request with status ok, no log event.
+    FAST_RADIX: a timed head (one space after the level, so the rest starts with the target), no other
+    `: text_generation_`, the message P_RADIX: a one-line record, one `prefix_match` event.
+    """
+    if generic_only() or df.height == 0:
+        return pl.Series("kind", [None] * df.height, dtype=pl.UInt8)
+    t = pl.col("t")
+    df = df.select(t, t.str.find(": text_generation_", literal=True).alias("_p"), t.str.len_bytes().alias("_n"))
+    p, n = pl.col("_p"), pl.col("_n")
+    short = n <= 200
+    # The handler span is the only `{parameters=` / `{total_time=` of the line: P_REQSPAN's last match (the
+    # endpoint) is then the head span, whatever the parameters' strings hold.
+    succ = (t.str.ends_with(": Success") & t.str.contains(_FAST_SUCCESS_HEAD)
+            & (t.str.find(_FAST_SUCCESS_TAIL) == p) & (n - p <= 200) & t.str.contains(_TOTAL_TIME)
+            & (t.str.count_matches(r"\{(?:parameters|total_time)=") == 1))
+    return df.select(pl.when(succ.fill_null(False)).then(pl.lit(FAST_SUCCESS, pl.UInt8))
+                     .when((short & p.is_null() & t.str.contains(_FAST_RADIX)).fill_null(False))
+                     .then(pl.lit(FAST_RADIX, pl.UInt8)).alias("kind"))["kind"]
+
+
+def _prepare_generic(df: pl.DataFrame) -> pl.DataFrame:
     t = pl.col("t")
     # Heads are read off the line's first characters and the rest cut at that offset (a capture over the whole line
     # costs a pass over its bytes); pasted heads without a timestamp are tried only on lines starting with a level.
@@ -328,10 +420,12 @@ def _split_rest(df: pl.DataFrame) -> list[pl.Series]:
 def _flag(df: pl.DataFrame) -> pl.DataFrame:
     # Records that are always one line (JSON objects, Success, radix): a line after them that starts nothing
     # begins a record of its own instead of being swallowed.
+    # Fast lines (`_fast_kind`) are such heads, read without the head columns.
+    fast = pl.col("kind").is_not_null()
     head = pl.col("level").is_not_null()
     single = pl.col("json_ok") | (head & pl.col("msg1").is_in(["Success"])) | (
-        head & pl.col("msg1").str.contains(P_RADIX.regex))
-    return df.with_columns((head | pl.col("is_json") | single.shift(1).fill_null(False)).alias("start"))
+        head & pl.col("msg1").str.contains(P_RADIX.regex)) | fast
+    return df.with_columns((head | fast | pl.col("is_json") | single.shift(1).fill_null(False)).alias("start"))
 
 
 def _ts_ns(ts: pl.Expr) -> pl.Expr:
@@ -347,11 +441,12 @@ def _params(req: pl.DataFrame) -> pl.Series:
     is cut out by literal search (as bytes: `find` gives byte offsets, the cut is at ASCII); the other rows (quoted
     values of v3.2+ chat spans and JSON, cut lines) go through P_PARAMS."""
     f = pl.col("fields")
-    fb = f.cast(pl.Binary)
-    a = f.str.find(_GEN_PARAMS, literal=True)
-    z = f.str.find("} total_time=", literal=True)
-    fast = pl.when(a.is_not_null() & (z > a)).then(fb.bin.slice(a + 11, z - a - 10).cast(pl.String))
-    out = req.select(fast.alias("params"))["params"]
+    # (Offsets are columns first: an eager select evaluates a repeated expression once per use.)
+    az = req.select(f, f.str.find(_GEN_PARAMS, literal=True).alias("_a"),
+                    f.str.find("} total_time=", literal=True).alias("_z"))
+    a, z = pl.col("_a"), pl.col("_z")
+    fast = pl.when(a.is_not_null() & (z > a)).then(f.cast(pl.Binary).bin.slice(a + 11, z - a - 10).cast(pl.String))
+    out = az.select(fast.alias("params"))["params"]
     slow = (out.is_null() & req["fields"].str.contains("parameters", literal=True)).fill_null(False)
     if slow.any():
         idx = slow.arg_true()
@@ -366,8 +461,67 @@ def _params(req: pl.DataFrame) -> pl.Series:
 def _duration_ns(fields: pl.Expr, key: str) -> pl.Expr:
     m = fields.str.extract_groups(
         rf"\b{key}(?:=|\":)\"(?P<num>\d+(?:\.\d+)?)(?P<unit>ns|µs|μs|us|ms|s)\"")
-    mult = m.struct.field("unit").replace_strict(UNIT_NS, default=None, return_dtype=pl.Float64)
-    return (m.struct.field("num").cast(pl.Float64, strict=False) * mult).round(0).cast(pl.Int64, strict=False)
+    return _ns(m.struct.field("num"), m.struct.field("unit"))
+
+
+def _ns(num: pl.Expr, unit: pl.Expr) -> pl.Expr:
+    mult = unit.replace_strict(UNIT_NS, default=None, return_dtype=pl.Float64)
+    return (num.cast(pl.Float64, strict=False) * mult).round(0).cast(pl.Int64, strict=False)
+
+
+_TIMING_START = r'[ {]total_time="'
+_TIMING_LIKE = r'(?:time|token|seed)(?:=|":)"'
+
+
+def _timings(req: pl.DataFrame) -> list[pl.Series]:
+    """The request's durations (ns) and seed: P_DURATION's and P_SEED's first match in `fields`.
+
+    Where `fields` ends with the text Success layout (P_SUCCESS_TIMINGS, from its first `[ {]total_time="`) and the
+    first thing in it that looks like a timing field (`time="`, `token="`, `seed="` or their JSON `":"` forms) is
+    that `total_time`, no P_DURATION or P_SEED match can lie before it (each holds one of those) nor straddle the
+    cut (no match holds a space or `{`); the tail's layout is fixed, so each key's first match is its field there,
+    and its value is the text between the quotes: split at `"`, not captured. Other rows (JSON spans, cut lines,
+    other layouts) get the capture per key."""
+    f = pl.col("fields")
+    n = req.height
+    names = list(DURATION_KEYS) + ["seed"]
+    fast = pl.Series("fast", [False] * n, dtype=pl.Boolean)
+    if not generic_only() and n:
+        jk = req.select(f, f.str.find(_TIMING_START).alias("_j"), f.str.find(_TIMING_LIKE).alias("_k"))
+        j = pl.col("_j")
+        tail = f.cast(pl.Binary).bin.slice(j + 1).cast(pl.String)
+        g = jk.select(pl.when(j.is_not_null() & (pl.col("_k") == j + 7)).then(tail).alias("tail"))
+        g = g.select(pl.when(pl.col("tail").str.contains(P_SUCCESS_TIMINGS.regex)).then(pl.col("tail")).alias("tail"))
+        fast = g["tail"].is_not_null()
+    got = []
+    if fast.any():
+        parts = g.filter(fast).select(pl.col("tail").str.split_exact('"', 11).alias("p")).unnest("p")
+        vals = []
+        for i, k in enumerate(DURATION_KEYS):
+            # The value is `<number><unit>` (P_SUCCESS_TIMINGS): the unit read off its end, as UNIT_NS has it.
+            v = pl.col(f"field_{2 * i + 1}")
+            mult = (pl.when(v.str.ends_with("ms")).then(UNIT_NS["ms"]).when(v.str.ends_with("ns")).then(UNIT_NS["ns"])
+                    .when(v.str.ends_with("µs") | v.str.ends_with("μs") | v.str.ends_with("us")).then(UNIT_NS["us"])
+                    .otherwise(UNIT_NS["s"]))
+            num = v.str.strip_chars_end("nsµμum").cast(pl.Float64, strict=False)
+            vals.append((num * mult).round(0).cast(pl.Int64, strict=False).alias(k))
+        sd = pl.col("field_11")
+        vals.append(pl.when(sd.str.starts_with("Some(")).then(sd.str.slice(5).str.strip_suffix(")"))
+                    .cast(pl.UInt64, strict=False).alias("seed"))
+        got.append((fast, parts.select(vals)))
+    if not fast.all():
+        slow = ~fast
+        got.append((slow, req.filter(slow).select(
+            *[_duration_ns(f, k).alias(k) for k in DURATION_KEYS],
+            f.str.extract(P_SEED.regex, 1).cast(pl.UInt64, strict=False).alias("seed"))))
+    if len(got) == 1:
+        return got[0][1].get_columns()
+    out = {k: pl.Series(k, [None] * n, dtype=pl.UInt64 if k == "seed" else pl.Int64) for k in names}
+    for mask, vals in got:
+        idx = mask.arg_true()
+        for k in names:
+            out[k] = out[k].scatter(idx, vals[k])
+    return [out[k] for k in names]
 
 
 class _State:
@@ -437,26 +591,61 @@ def _salvage_json(bad: pl.DataFrame) -> pl.DataFrame:
 
 
 def _args_pairs(rec: pl.DataFrame, origin: str) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(config rows, per-record summary with the number of fields and whether the record was complete)."""
+    """(config rows, per-record summary with the number of fields and whether the record was complete).
+
+    Each distinct message is read once (a log that restarts prints the same Args again, a paste repeats one) and its
+    rows repeated for every record that holds it, in the order the per-record reading gives (by line, then field)."""
+    # Each record's first record with the same text: the one read.
+    a = rec.select("line_no", pl.col("line_no").first().over("msg").alias("first"), "msg")
+    u = a.filter(pl.col("line_no") == pl.col("first"))
     folded = (pl.col("msg").str.replace_all(r"\s*\n\s*", " ").str.replace_all(r"([(\[]) ", "$1")
               .str.replace_all(r",? ([)\]])", "$1"))
-    a = rec.select("line_no", folded.alias("f"))
-    pairs = a.select("line_no", pl.col("f").str.extract_all(P_ARGS_PAIR.regex).alias("p")).explode("p").drop_nulls("p")
+    u = u.select("line_no", folded.alias("f"))
+    pairs = u.select("line_no", pl.col("f").str.extract_all(P_ARGS_PAIR.regex).alias("p")).explode("p").drop_nulls("p")
     kv = pairs.select("line_no", pl.col("p").str.extract_groups(P_ARGS_PAIR.regex).alias("m")).select(
         "line_no", pl.col("m").struct.field("key").alias("key"), pl.col("m").struct.field("value").alias("value"),
         pl.lit(origin).alias("origin"))
-    summary = a.select("line_no", pl.col("f").str.contains(r"\}\s*$").alias("complete")).join(
+    summary = u.select("line_no", pl.col("f").str.contains(r"\}\s*$").alias("complete")).join(
         kv.group_by("line_no").len(), on="line_no", how="left")
-    return config_rows(kv), summary
+    rows = config_rows(kv)
+    if u.height == a.height:
+        return rows, summary
+    links = a.select("line_no", "first")
+    rows = (links.join(rows.with_row_index("_j").rename({"line_no": "first"}), on="first", how="inner")
+            .sort("line_no", "_j").select(rows.columns))
+    summary = links.join(summary.rename({"line_no": "first"}), on="first", how="left").select(summary.columns)
+    return rows, summary
 
 
-def _work(item: tuple[pl.DataFrame, pl.DataFrame]) -> dict:
+def _record_frames(ctx: ParseContext):
+    """The input frame by frame as whole records' physical lines (`logrecords.record_frames` without forming the
+    records: that is `_work`'s, on the generic lines only)."""
+    splitter = RecordSplitter(_flag)
+    markers = folded = 0
+    for frame, last in line_frames(ctx, _prepare):
+        lines = splitter.feed(frame, last)
+        if lines.height == 0:
+            continue
+        if "dedup" in lines.columns:
+            d = lines["dedup"].drop_nulls()
+            markers, folded = markers + d.len(), folded + int(d.sum())
+        yield lines
+    if markers:
+        ctx.notes.append(dedup_note(markers, folded))
+
+
+def _work(lines: pl.DataFrame) -> dict:
     """Everything one frame's records give, computed without the parse's running state (so frames are worked on in
     parallel): `_apply` adds that state (the time carried from the previous frame, the running request index) and
-    writes, in file order."""
-    lines, recs = item
-    recs, bad = _normalise(recs)
-    plan: dict = {"bad": None}
+    writes, in file order. Fast lines (one-line records, `_fast_kind`) are split off first; the others form records
+    (trailing blank lines cut, multi-line records joined) and take the generic path."""
+    fast = None
+    if lines["kind"].null_count() < lines.height:
+        fast = lines.filter(pl.col("kind").is_not_null()).select("line_no", "t", "kind")
+        lines = lines.filter(pl.col("kind").is_null())
+    lines, blanks = trim_trailing_blanks(lines)
+    recs, bad = _normalise(collapse(lines))
+    plan: dict = {"bad": None, "blanks": blanks}
     if bad.height:
         salv = _salvage_json(bad)
         args = salv.filter(pl.col("msg").str.starts_with("Args {").fill_null(False))
@@ -468,8 +657,8 @@ def _work(item: tuple[pl.DataFrame, pl.DataFrame]) -> dict:
                 pl.col("gid").replace_strict(lost["gid"], lost["line_no"].cast(pl.String), default="?")]).alias("reason"),
             pl.col("t").alias("raw"))
         plan["bad"] = (cut_args, int(args["line_count"].sum()) if args.height else 0, rej)
-    plan["emit"] = _compute(recs)
-    plan["parsed"] = int(recs["line_count"].sum()) if recs.height else 0
+    plan["emit"] = _compute(recs, fast)
+    plan["parsed"] = (int(recs["line_count"].sum()) if recs.height else 0) + (fast.height if fast is not None else 0)
     return plan
 
 
@@ -486,90 +675,152 @@ def _apply(ctx: ParseContext, out, plan: dict, st: _State) -> None:
             ctx.write_rejects(rej.to_arrow())
     _emit(out, plan["emit"], st)
     ctx.counts.parsed += plan["parsed"]
+    ctx.counts.skipped += plan["blanks"]
 
 
-def _compute(recs: pl.DataFrame) -> dict | None:
-    """The rows of one frame's records: requests, request events, config, log events (`_emit` writes them)."""
-    if recs.height == 0:
+def _request_rows(req: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(requests rows, their success/error events, the cut Success records' timings) of request records, in file
+    order; `request_index` counts from 0 (`_compute` merges, `_emit` adds the running index)."""
+    msg, fields = pl.col("msg"), pl.col("fields")
+    req = req.with_columns(_params(req), *_timings(req), fields.str.extract(P_TRACE_ID.regex, 1).alias("trace_id"))
+    total, inf, tpt = pl.col("total_time"), pl.col("inference_time"), pl.col("time_per_token")
+    req = req.with_columns(
+        (inf.cast(pl.Float64, strict=False) / tpt.cast(pl.Float64, strict=False)).round(0).cast(pl.Int64, strict=False)
+        .alias("_n_out"),
+        pl.when(pl.col("is_success")).then(pl.col("ts_ns") - total).alias("_arrival"),
+        pl.coalesce(pl.col("trace_id"), pl.lit("L") + pl.col("line_no").cast(pl.String)).alias("_rid"))
+    n_out, arrival, rid = pl.col("_n_out"), pl.col("_arrival"), pl.col("_rid")
+    # time_per_token is inference_time / generated_tokens truncated to whole ns (Rust Duration / u32): keep the
+    # count only when it reproduces the printed quotient.
+    n_ok = (n_out >= 1) & ((inf // n_out.clip(lower_bound=1) - tpt).abs() <= 1)
+    finish = pl.when(pl.col("is_req_error") | pl.col("is_success")).then(pl.col("ts_ns"))
+    out = req.select(
+        pl.col("line_no"), rid.alias("request_id"),
+        pl.int_range(pl.len()).cast(pl.Int32).alias("request_index"),  # + the running index, in `_emit`
+        rid.alias("server_request_id"), pl.lit("tgi").alias("engine"), pl.lit("server").alias("kind"),
+        arrival.alias("arrival_ns"), finish.alias("finish_ns"),
+        (arrival + pl.col("validation_time") + pl.col("queue_time")).alias("scheduled_ns"),
+        pl.when(n_ok).then(n_out).cast(pl.Int32, strict=False).alias("output_tokens"),
+        pl.col("params").str.extract(P_MAXNEW.regex, 1).cast(pl.Int32, strict=False).alias("max_tokens"),
+        total.alias("e2e_latency_ns"), pl.col("queue_time").alias("queue_ns"),
+        pl.col("validation_time").alias("validation_ns"), inf.alias("inference_ns"),
+        tpt.alias("time_per_token_ns"),
+        pl.when(pl.col("is_success")).then(pl.lit("ok")).when(pl.col("is_req_error")).then(pl.lit("failed"))
+        .alias("status"),
+        pl.when(pl.col("is_req_error")).then(msg.str.extract(r"^([^\n]*)", 1)).alias("error"),
+        pl.coalesce(pl.col("hspan"), pl.col("first_span")).alias("endpoint"),
+        pl.col("params"), pl.col("seed"),
+    )
+    ev = out.filter(pl.col("status").is_not_null()).select(
+        "line_no", "request_id",
+        pl.when(pl.col("status") == "ok").then(pl.lit("success")).otherwise(pl.lit("error")).alias("event"),
+        pl.col("finish_ns").alias("ts_ns"), pl.col("error").alias("detail"))
+    return out, ev, req.filter(pl.col("is_cut")).select("line_no", *DURATION_KEYS)
+
+
+def _fast_frames(fast: pl.DataFrame | None) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    """The fast lines as the generic path would have read them: Success lines as request records (the columns
+    `_request_rows` reads), radix lines as (line_no, ts_ns, detail). Offsets from `find` are bytes: cuts at ASCII
+    are made on the bytes; the lead (time, level, handler name) is ASCII by `_fast_kind`, so its offsets are
+    characters too."""
+    if fast is None:
+        return None, None
+    t = pl.col("t")
+    ts = pl.when(~t.str.starts_with("INFO ")).then(t.str.slice(0, t.str.find("Z", literal=True) + 1))
+    kind = fast["kind"]
+    fsucc = frad = None
+    if (kind == FAST_SUCCESS).any():
+        fsucc = fast.filter(kind == FAST_SUCCESS).with_columns(
+            (t.str.find("INFO ", literal=True) + 5).alias("_a"), t.str.find(": text_generation_", literal=True).alias("_p"),
+            t.str.find("{", literal=True).alias("_b"))
+        a, p = pl.col("_a"), pl.col("_p")
+        name = t.str.slice(a, pl.col("_b") - a)
+        spans = t.cast(pl.Binary).bin.slice(a, p - a).cast(pl.String)
+        fsucc = fsucc.select(
+            "line_no", _ts_ns(ts).alias("ts_ns"), pl.lit("INFO").alias("level"), spans.alias("fields"),
+            pl.lit("Success").alias("msg"), name.alias("hspan"), name.alias("first_span"),
+            pl.lit(True).alias("is_success"), pl.lit(False).alias("is_cut"), pl.lit(False).alias("is_req_error"))
+    if (kind == FAST_RADIX).any():
+        m = t.str.extract_groups(r"Prefix (?P<prefix>\d+) - Suffix (?P<suffix>\d+)$")
+        frad = fast.filter(kind == FAST_RADIX).select(
+            "line_no", _ts_ns(ts).alias("ts_ns"),
+            pl.concat_str([pl.lit("prefix="), m.struct.field("prefix"), pl.lit(" suffix="),
+                           m.struct.field("suffix")]).alias("detail"))
+    return fsucc, frad
+
+
+def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
+    """The rows of one frame's records: requests, request events, config, log events (`_emit` writes them). `fast`:
+    the frame's fast lines (`_fast_kind`), each a record of its own, merged with the others in file order."""
+    if recs.height == 0 and fast is None:
         return None
     plan: dict = {}
     msg, lvl, fields, spans = pl.col("msg"), pl.col("level"), pl.col("fields"), pl.col("spans")
-    first_span = spans.str.extract(P_FIRST_SPAN.regex, 1)
+    recs = recs.with_columns(spans.str.extract(P_FIRST_SPAN.regex, 1).alias("first_span"))
+    first_span = pl.col("first_span")
     recs = recs.with_columns(
         _ts_ns(pl.col("ts")).alias("ts_ns"),
-        first_span.alias("first_span"),
         ((msg == "Success") & fields.str.contains(r"\btotal_time(?:=|\":)\"")).alias("is_success"),
         ((pl.col("origin") == "cut") & (lvl == "INFO") & fields.str.contains(r"\btotal_time=\"")).alias("is_cut"),
         ((lvl == "ERROR") & first_span.is_in(HANDLERS)).alias("is_req_error"),
         msg.str.contains(P_RADIX.regex).fill_null(False).alias("is_radix"),
         msg.str.starts_with("Args {").fill_null(False).alias("is_args"),
     )
-    # Forward-filled within the frame; the leading NULLs get the previous frame's last time in `_emit`.
-    recs = recs.with_columns(pl.col("ts_ns").forward_fill().alias("ts_ff"))
-    last = recs["ts_ns"].drop_nulls()
+    fsucc, frad = _fast_frames(fast)
+    # Forward-filled over the frame's records in file order; the leading NULLs get the previous frame's last time in
+    # `_emit`. Fast radix events take that time too (as their generic records would).
+    if fsucc is None and frad is None:
+        recs = recs.with_columns(pl.col("ts_ns").forward_fill().alias("ts_ff"))
+        times = recs["ts_ns"]
+    else:
+        seq = pl.concat([d.select("line_no", "ts_ns", pl.lit(i, pl.UInt8).alias("src"))
+                         for i, d in enumerate((recs, fsucc, frad)) if d is not None and d.height]).sort("line_no")
+        seq = seq.with_columns(pl.col("ts_ns").forward_fill().alias("ts_ff"))
+        src = seq["src"]
+        recs = recs.with_columns(seq.filter(src == 0)["ts_ff"])
+        if frad is not None:
+            frad = frad.with_columns(seq.filter(src == 2)["ts_ff"].alias("ts_ns"))
+        times = seq["ts_ns"]
+    last = times.drop_nulls()
     plan["last_ts"] = int(last[-1]) if last.len() else None
     plan["timed"] = last.len()
 
     # -- requests: Success, a Success cut before its message, request-level errors ------------------------------
     req = recs.filter(pl.col("is_success") | pl.col("is_cut") | pl.col("is_req_error"))
+    parts = [_request_rows(d) for d in (req, fsucc) if d is not None and d.height]
     plan["requests"] = None
-    if req.height:
-        durs = {k: _duration_ns(fields, k).alias(k) for k in DURATION_KEYS}
-        req = req.with_columns(_params(req))
-        req = req.with_columns(*durs.values(),
-                               fields.str.extract(P_SEED.regex, 1).cast(pl.UInt64, strict=False).alias("seed"),
-                               fields.str.extract(P_TRACE_ID.regex, 1).alias("trace_id"))
-        total, inf, tpt = pl.col("total_time"), pl.col("inference_time"), pl.col("time_per_token")
-        n_out = (inf.cast(pl.Float64, strict=False) / tpt.cast(pl.Float64, strict=False)).round(0).cast(pl.Int64, strict=False)
-        # time_per_token is inference_time / generated_tokens truncated to whole ns (Rust Duration / u32): keep the
-        # count only when it reproduces the printed quotient.
-        n_ok = (n_out >= 1) & ((inf // n_out.clip(lower_bound=1) - tpt).abs() <= 1)
-        finish = pl.when(pl.col("is_req_error") | pl.col("is_success")).then(pl.col("ts_ns"))
-        arrival = pl.when(pl.col("is_success")).then(pl.col("ts_ns") - total)
-        rid = pl.coalesce(pl.col("trace_id"), pl.lit("L") + pl.col("line_no").cast(pl.String))
-        out = req.select(
-            pl.col("line_no"), rid.alias("request_id"),
-            pl.int_range(pl.len()).cast(pl.Int32).alias("request_index"),  # + the running index, in `_emit`
-            rid.alias("server_request_id"), pl.lit("tgi").alias("engine"), pl.lit("server").alias("kind"),
-            arrival.alias("arrival_ns"), finish.alias("finish_ns"),
-            (arrival + pl.col("validation_time") + pl.col("queue_time")).alias("scheduled_ns"),
-            pl.when(n_ok).then(n_out).cast(pl.Int32, strict=False).alias("output_tokens"),
-            pl.col("params").str.extract(P_MAXNEW.regex, 1).cast(pl.Int32, strict=False).alias("max_tokens"),
-            total.alias("e2e_latency_ns"), pl.col("queue_time").alias("queue_ns"),
-            pl.col("validation_time").alias("validation_ns"), inf.alias("inference_ns"),
-            tpt.alias("time_per_token_ns"),
-            pl.when(pl.col("is_success")).then(pl.lit("ok")).when(pl.col("is_req_error")).then(pl.lit("failed"))
-            .alias("status"),
-            pl.when(pl.col("is_req_error")).then(msg.str.extract(r"^([^\n]*)", 1)).alias("error"),
-            pl.coalesce(pl.col("hspan"), pl.col("first_span")).alias("endpoint"),
-            pl.col("params"), pl.col("seed"),
-        )
-        ev = out.filter(pl.col("status").is_not_null()).select(
-            "line_no", "request_id",
-            pl.when(pl.col("status") == "ok").then(pl.lit("success")).otherwise(pl.lit("error")).alias("event"),
-            pl.col("finish_ns").alias("ts_ns"), pl.col("error").alias("detail"))
-        plan["requests"] = (out, ev, req.filter(pl.col("is_cut")).select("line_no", *DURATION_KEYS))
+    if parts:
+        if len(parts) == 2:
+            # The running request index in file order over both: each row's rank among the frame's requests.
+            ga, gb = parts[0][0]["line_no"].to_numpy(), parts[1][0]["line_no"].to_numpy()
+            for (out, _, _), own, other in ((parts[0], ga, gb), (parts[1], gb, ga)):
+                idx = np.arange(len(own)) + np.searchsorted(other, own)
+                out.replace_column(out.get_column_index("request_index"), pl.Series("request_index", idx, pl.Int32))
+        plan["requests"] = ([p[0] for p in parts], [p[1] for p in parts], pl.concat([p[2] for p in parts]))
 
     # -- radix prefix-cache admissions ----------------------------------------------------------------------------
     rad = recs.filter(pl.col("is_radix"))
-    plan["radix"] = None
+    plan["radix"] = []
     if rad.height:
         m = msg.str.extract_groups(P_RADIX.regex)
-        plan["radix"] = rad.select(
-            "line_no", pl.lit(None, pl.String).alias("request_id"), pl.lit("prefix_match").alias("event"),
-            pl.col("ts_ff").alias("ts_ns"),
-            pl.concat_str([pl.lit("prefix="), m.struct.field("prefix"), pl.lit(" suffix="),
-                           m.struct.field("suffix")]).alias("detail"))
+        rad = rad.select("line_no", pl.col("ts_ff").alias("ts_ns"), pl.concat_str(
+            [pl.lit("prefix="), m.struct.field("prefix"), pl.lit(" suffix="), m.struct.field("suffix")]).alias("detail"))
+    for r in (rad, frad):
+        if r is not None and r.height:
+            plan["radix"].append(r.select("line_no", pl.lit(None, pl.String).alias("request_id"),
+                                          pl.lit("prefix_match").alias("event"), "ts_ns", "detail"))
 
     # -- configuration ----------------------------------------------------------------------------------------------
     args = recs.filter(pl.col("is_args"))
     plan["args"] = _args_pairs(args, "Args") if args.height else None
     config = []
-    cfg_hit = pl.lit(False)
+    # Only records whose message starts like one of the patterns can match one (most records do not).
+    cand = recs.filter(msg.str.contains(_CONFIG_LEAD).fill_null(False))
+    hits = []
     for key, pat in CONFIG_LINES:
         hit = msg.str.contains(pat.regex).fill_null(False)
-        cfg_hit = cfg_hit | hit
-        got = recs.filter(hit)
+        got = cand.filter(hit)
+        hits.append(got["line_no"])
         if got.height:
             m = msg.str.extract_groups(pat.regex)
             config.append(config_rows(got.select(
@@ -580,6 +831,7 @@ def _compute(recs: pl.DataFrame) -> dict | None:
                     "line_no", pl.lit("attention").alias("key"), m.struct.field("attention").alias("value"),
                     pl.lit(pat.name).alias("origin"))))
     plan["config"] = config
+    cfg_hit = pl.col("line_no").is_in(pl.concat(hits).implode())
 
     # -- everything else (and request errors, which are errors too) → log_events -----------------------------------
     ev = recs.filter(~(pl.col("is_success") | pl.col("is_cut") | pl.col("is_radix") | pl.col("is_args") | cfg_hit)
@@ -619,16 +871,17 @@ def _emit(ctx: ParseContext, plan: dict | None, st: _State) -> None:
         return df if prev_ts is None else df.with_columns(pl.col("ts_ns").fill_null(prev_ts))
 
     if plan["requests"] is not None:
-        out, ev, cut = plan["requests"]
-        out = out.with_columns((pl.col("request_index") + st.req_index).cast(pl.Int32))
-        ctx.write("requests", out)
-        st.req_index += out.height
-        ctx.write("request_events", ev)
+        outs, evs, cut = plan["requests"]
+        for out in outs:
+            ctx.write("requests", out.with_columns((pl.col("request_index") + st.req_index).cast(pl.Int32)))
+        st.req_index += sum(out.height for out in outs)
+        for ev in evs:
+            ctx.write("request_events", ev)
         note_rows(ctx, cut, lambda r: (
             f"line {r['line_no']}: Success record cut off before its message; kept "
             f"{', '.join(k for k in DURATION_KEYS if r[k] is not None) or 'no timing'} (status NULL)"))
-    if plan["radix"] is not None:
-        ctx.write("request_events", carried(plan["radix"]))
+    for rad in plan["radix"]:
+        ctx.write("request_events", carried(rad))
     if plan["args"] is not None:
         rows, summary = plan["args"]
         st.config.append(rows)
@@ -652,7 +905,7 @@ class TgiLogParser(Parser):
         st = _State()
         out = BufferedWrites(ctx)
         # Frames are worked on by two threads at once (`_work`, pure); their rows are written here in file order.
-        for plan in ordered_map(_work, record_frames(ctx, _flag, _prepare)):
+        for plan in ordered_map(_work, _record_frames(ctx)):
             _apply(ctx, out, plan, st)
         out.flush()
         write_config(ctx, st.config, {"model_id": "model", "num_shard": "tensor_parallel_size"}, "tgi")

@@ -3,8 +3,10 @@
 The file streams through `iter_line_frames` in 16 MB frames (read ahead in a thread; rows go to DuckDB in
 batches from another). Per frame, polars works column-wise: ANSI codes out; anchored regexes (`head_fast`, then
 `head` for the rest) read docker-compose/process prefixes and the record envelope (vLLM, Ray, uvicorn, KServe); hard-wrapped pieces are joined to their record, the lines of a traceback grouped into one
-event, known noise recognised; then each record kind gets its own regexes on its own rows only (the long
-`Received request` lines see three literal-led searches and nothing else). The record at the end of a frame,
+event, known noise recognised; then each record kind gets its own regexes on its own rows only. The long
+`Received request` lines (most of a log's bytes) are read on the worker threads with the envelope: literal-led
+searches cut their fields, and their prompt's 16-token blocks are hashed from the token-id text (`_id_blocks`),
+so the main thread only writes them. The record at the end of a frame,
 which may continue in the next one, is carried over. Requests are assembled in SQL at the end, because a
 request's Received and Finished lines can be far apart. The regexes and their real sample lines live in
 `vllm_log_patterns.py`; the year and zone of the timestamps come from `logtime.py`.
@@ -40,6 +42,85 @@ def _mix64(x: np.ndarray) -> np.ndarray:
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return x ^ (x >> np.uint64(31))
+
+
+_HASH_SEED = 0x5EED  # polars' hash seeds: fixed, so a prompt's block hashes do not depend on the run
+
+
+def _pairs(b: np.ndarray, pair: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Where in the bytes `b` the two bytes `pair` start, as masks over the even and the odd positions (compared as
+    16-bit words: half the passes of a byte-wise test)."""
+    w = int.from_bytes(pair, "little")
+    return b[: b.size // 2 * 2].view("<u2") == w, b[1: 1 + (b.size - 1) // 2 * 2].view("<u2") == w
+
+
+def _id_blocks(ids: pl.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The 16-token blocks of `[a, b, c]` token-id lists read from their text, for lists in vLLM's exact print
+    (`[`, decimal ids without leading zeros of at most 18 digits joined by `, `, `]`; at least one id each):
+    (ids per list, a 64-bit hash of each whole block's text, whole blocks per list). None when some list is printed
+    otherwise; `_split_blocks` reads those the slow way.
+
+    In that print equal text means equal ids, so a block is hashed from its bytes (polars hashes the blocks as one
+    binary array over the text itself) and no id is ever parsed or made a string of its own: numpy finds the
+    commas, and every 16th of a list bounds a block. The checks are byte passes over the text."""
+    arr = ids.to_arrow()
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    rows = len(arr)
+    if rows == 0 or arr.null_count:
+        return None
+    offs = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset: arr.offset + rows + 1]
+    data = arr.buffers()[2]
+    b = np.frombuffer(data, dtype=np.uint8)[offs[0]: offs[-1]]
+    offs = offs - offs[0]
+    lo, hi = offs[:-1] + 1, offs[1:] - 1  # each list's text inside its brackets
+    if not ((b[lo - 1] == 91).all() and (b[hi] == 93).all()):
+        return None
+    comma = np.flatnonzero(b == 44)
+    # `[`, `]`, the commas and a space after each are all the non-digit bytes there are; then every id is digits.
+    if (sum(np.count_nonzero(m) for m in _pairs(b, b", ")) != comma.size
+            or b.size - np.count_nonzero(b < 48) - np.count_nonzero(b > 57) != b.size - 2 * rows - 2 * comma.size):
+        return None
+    # No id starts with 0 unless it is 0 (then text and number agree); none is wider than 18 digits (an int64).
+    even, odd = _pairs(b, b" 0")
+    z = np.concatenate((np.flatnonzero(even) * 2 + 2, np.flatnonzero(odd) * 2 + 3))
+    z = np.concatenate((z[z < b.size], lo[(b[lo] == 48) & (lo + 1 < hi)] + 1))
+    if z.size and np.count_nonzero((b[z] >= 48) & (b[z] <= 57)):
+        return None
+    first = np.searchsorted(comma, offs)  # index of each list's first comma (the last: how many there are)
+    n_tok = np.diff(first) + 1
+    del z
+    gaps = np.diff(comma) - 2  # the id between two commas
+    cross = first[1:-1]
+    gaps[cross[(cross > 0) & (cross < comma.size)] - 1] = 1  # from one list's last comma to a later list's first
+    one = n_tok == 1
+    if comma.size:
+        w_first = np.where(one, hi - lo, comma[np.minimum(first[:-1], comma.size - 1)] - lo)
+        w_last = np.where(one, hi - lo, hi - comma[np.maximum(first[1:] - 1, 0)] - 2)
+    else:
+        w_first = w_last = hi - lo
+    if (min(w_first.min(), w_last.min()) < 1 or max(w_first.max(), w_last.max()) > 18
+            or (gaps.size and (gaps.min() < 1 or gaps.max() > 18))):
+        return None
+    del gaps
+    nb = n_tok // BLOCK
+    if not nb.any():
+        return n_tok, np.zeros(0, np.uint64), nb
+    row = np.repeat(np.arange(rows), nb)
+    j = np.arange(int(nb.sum())) - np.repeat(np.cumsum(nb) - nb, nb)  # block index in its list
+    f = first[:-1][row]
+    start = np.where(j == 0, lo[row], comma[np.maximum(f + BLOCK * j - 1, 0)] + 2)
+    last_tok = BLOCK * j + BLOCK - 1
+    end = np.where(last_tok < n_tok[row] - 1, comma[np.minimum(f + last_tok, comma.size - 1)], hi[row])
+    # The text cut at every block's start and end: blocks and what lies between them, as one binary array.
+    cuts = np.empty(2 * start.size + 2, np.int64)
+    cuts[0], cuts[-1] = 0, b.size
+    cuts[1:-1:2], cuts[2:-1:2] = start, end
+    pieces = pa.LargeBinaryArray.from_buffers(pa.large_binary(), cuts.size - 1,
+                                              [None, pa.py_buffer(cuts), pa.py_buffer(b)])
+    h = pl.from_arrow(pieces).hash(_HASH_SEED).to_numpy()[1::2]
+    return n_tok, h, nb
+
 
 PATTERNS = P.PATTERNS
 VERSION = "1.0"
@@ -152,7 +233,7 @@ class _Run:
         ctx = self.ctx
         # Each frame's lines are classified (envelope, ANSI, torn records: per line, no state) by two threads at
         # once, ahead of the records being read here in file order.
-        frames = ordered_map(_classify, _prefetch(iter_line_frames(ctx.input)))
+        frames = ordered_map(_classify, _prefetch(iter_line_frames(ctx.input)), ahead=1)
         carry: pl.DataFrame | None = None
         held = next(frames, None)
         if held is None:
@@ -462,38 +543,25 @@ class _Run:
     def _received(self, sub: pl.DataFrame) -> pl.Series | None:
         """Received lines: id, prompt length (number of prompt_token_ids), sampling params, max_tokens.
 
-        These lines are most of a log's bytes (a prompt and its token ids, up to ~10 kB each), so the fields are
-        located with literal searches (`received_prompt_token_ids` / `received_params` give the format) and cut
-        out as byte slices; only lines where that does not give a well-formed params repr fall back to the regex.
-        """
+        `_classify` read them already on the worker threads (`_received_fields`); a line whose message changed
+        since (a hard-wrapped line joined to its pieces) is read again here."""
         if sub.height == 0:
             return None
-        m = c("msg")
-        g = sub.select(c("line_no"), c("ts_ns"), m, m.str.extract(P.RECV_ID.regex, 1).alias("request_id"),
-                       m.str.find("prompt_token_ids: ", literal=True).alias("_i"),
-                       m.str.find("params: ", literal=True).alias("_p"),
-                       m.str.find(", lora_request: ", literal=True).alias("_l"))
-        b = m.cast(pl.Binary)
-        tail = pl.when(c("_i").is_not_null()).then(b.bin.slice(c("_i") + 18).cast(pl.String))
-        end = pl.coalesce(c("_i") - 2, c("_l"))
-        params = pl.when(c("_p").is_not_null() & (end > c("_p"))).then(
-            b.bin.slice(c("_p") + 8, end - c("_p") - 8).cast(pl.String))
-        g = g.with_columns(tail.alias("_t"), params.alias("params"))
-        ids = pl.when(c("_t").str.starts_with("[")).then(c("_t").str.slice(0, c("_t").str.find("]", literal=True) + 1))
-        ok_params = (c("params").str.slice(0, 48).str.contains(P.PARAMS_HEAD.regex) & c("params").str.ends_with(")")) | (
-            c("params") == "None")
-        g = g.with_columns(ids.alias("ids"), ok_params.fill_null(False).alias("_okp"))
-        if not g["_okp"].all():
-            g = g.with_columns(pl.when(c("_okp")).then(c("params")).otherwise(m.str.extract(P.RECV_PARAMS.regex, 1))
-                               .alias("params"))
-        ok = g.filter(c("request_id").is_not_null()).select(
-            c("line_no"), c("ts_ns"), c("request_id"), c("params"),
-            pl.when(c("ids").is_null() | (c("ids") == "[]")).then(None)
-            .otherwise(c("ids").str.count_matches(",") + 1).cast(pl.Int32).alias("prompt_tokens"),
-            c("params").str.extract(P.MAX_TOKENS.regex, 1).cast(pl.Int32, strict=False).alias("max_tokens"))
+        cols = ["line_no", "request_id", "params", "prompt_tokens", "max_tokens", "_blk"]
+        pre = sub["_pre"] & (sub["nlines"] == 1)
+        g = sub.filter(pre).select("line_no", "ts_ns", *[c(f"_r_{k}").alias(k) for k in cols[1:]])
+        if not pre.all():
+            again = sub.filter(~pre)
+            g = pl.concat([g, again.select("line_no", "ts_ns").join(_received_fields(again.select("line_no", "msg")),
+                                                                    on="line_no", how="left", maintain_order="left")
+                           .select(g.columns)]).sort("line_no")
+        ok = g.filter(c("request_id").is_not_null())
         self._emit("request_events", ok.select(c("line_no"), c("request_id"), pl.lit("received").alias("event"),
                                                    c("ts_ns")))
-        self._prompt_blocks(g.filter(c("request_id").is_not_null()))
+        blk = ok.filter(c("_blk").is_not_null())
+        if blk.height:
+            self._prompt_blocks(blk["line_no"], blk["request_id"], blk["_blk"].explode().to_numpy(),
+                                blk["_blk"].list.len().to_numpy().astype(np.int64))
         # The request row itself, written now (its params are most of its bytes); finish time, status and
         # request_index come from the lifecycle events at the end of the file.
         endpoint = (pl.when(c("request_id").str.starts_with("chatcmpl-")).then(pl.lit("chat_completions"))
@@ -504,47 +572,35 @@ class _Run:
             endpoint.alias("endpoint"), c("params")))
         return g.filter(c("request_id").is_null())["line_no"]
 
-    def _prompt_blocks(self, g: pl.DataFrame) -> None:
+    def _prompt_blocks(self, line_no: pl.Series, request_id: pl.Series, h: np.ndarray, nb: np.ndarray) -> None:
         """Chain keys of each prompt's whole 16-token blocks (vLLM's default KV block), for `shared_prefix_tokens`:
-        block j's key sums a hash of every block up to j and is mixed with j, so equal keys mean equal prefixes.
-
-        The token ids become one flat int64 array (polars split + cast); the block hashes are numpy arithmetic on
-        its (blocks x 16) view, no per-token strings or groups."""
-        t = g.select(c("line_no"), c("request_id"),
-                     c("ids").str.strip_chars("[]").str.split(", ").alias("t")).filter(c("t").list.len() >= BLOCK)
-        if t.height == 0:
+        block j's key sums the hashes `h` of every block up to j and is mixed with j, so equal keys mean equal
+        prefixes. `h` holds every prompt's block hashes one after another, `nb` how many each prompt has."""
+        keep = nb > 0
+        if not keep.any():
             return
-        n = t["t"].list.len().to_numpy().astype(np.int64)
-        # A token that is not an integer (a cut or odd print) still takes its place, as a value no id has.
-        tok = t["t"].explode().cast(pl.Int64, strict=False).fill_null(-1).to_numpy().view(np.uint64)
-        nb = n // BLOCK
-        start = np.concatenate(([0], np.cumsum(n)[:-1]))
-        # Row of every whole block in `tok`: the prompt's start plus 16 x the block's position in it.
+        nb = nb[keep]
         first_blk = np.concatenate(([0], np.cumsum(nb)[:-1]))
         b = np.arange(int(nb.sum()), dtype=np.int64) - np.repeat(first_blk, nb)
-        rows = np.repeat(start, nb) + b * BLOCK
-        blocks = tok[rows[:, None] + np.arange(BLOCK)]
         with np.errstate(over="ignore"):
-            h = _mix64((blocks * _BLOCK_MULT).sum(axis=1, dtype=np.uint64))
             chain = np.cumsum(h, dtype=np.uint64)
             # the chain up to each prompt's start
             before = np.repeat(np.concatenate((np.zeros(1, np.uint64), chain))[first_blk], nb)
             key = _mix64((chain - before) ^ (b.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)))
+        kept = pl.Series(keep)
         self.prefix_keys.append(pa.table({
-            "line_no": np.repeat(t["line_no"].to_numpy(), nb), "key": key.view(np.int64)}))
-        self.prefix_reqs.append(t.select("line_no", "request_id").to_arrow())
+            "line_no": np.repeat(line_no.filter(kept).to_numpy(), nb), "key": key.view(np.int64)}))
+        self.prefix_reqs.append(pl.DataFrame({"line_no": line_no.filter(kept),
+                                              "request_id": request_id.filter(kept)}).to_arrow())
 
     def _shared_prefixes(self) -> None:
         """requests.shared_prefix_tokens: whole blocks each prompt shares with a prompt received before it."""
         if not self.prefix_keys:
             return
         keys = pa.concat_tables(self.prefix_keys)
-        key = keys["key"].to_numpy()
-        line = keys["line_no"].to_numpy()
-        # Blocks are in file order: a block is shared when its key first appeared on an earlier line.
-        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        shared = line[first][inv] < line
-        per_line = pl.DataFrame({"line_no": line, "s": shared}).group_by("line_no").agg(pl.col("s").sum())
+        # A block is shared when its key appeared on an earlier line (a hash group-by: no sort of all the keys).
+        per_line = (pl.from_arrow(keys).with_columns((c("line_no").min().over("key") < c("line_no")).alias("s"))
+                    .group_by("line_no").agg(c("s").sum()))
         reqs = pl.from_arrow(pa.concat_tables(self.prefix_reqs)).join(per_line, on="line_no", how="left")
         counts = reqs.group_by("request_id").agg(pl.col("s").fill_null(0).sum().alias("n")).to_arrow()
         self.con.register("_vllm_prefix_counts", counts)
@@ -730,6 +786,103 @@ class _Run:
             WHERE r.source_id = $1 AND r.request_id = f.request_id""", [sid])
 
 
+# -- Received lines (pure functions of their rows) ----------------------------------------------------------
+
+_RECV_LOCK = threading.Lock()
+_RECV_COLS = {"request_id": pl.String, "params": pl.String, "prompt_tokens": pl.Int32, "max_tokens": pl.Int32,
+              "_blk": pl.List(pl.UInt64)}
+
+
+def _received_fields(sub: pl.DataFrame) -> pl.DataFrame:
+    """Received lines (line_no, msg) → line_no, request_id, params, prompt_tokens, max_tokens and `_blk`, the hashes
+    of the prompt's whole 16-token blocks (NULL without one), for `_Run._prompt_blocks`.
+
+    These lines are most of a log's bytes (a prompt and its token ids, up to ~10 kB each), so the fields are
+    located with literal searches (`received_prompt_token_ids` / `received_params` give the format) and cut
+    out as byte slices; only lines where that does not give a well-formed params repr fall back to the regex.
+    """
+    m = c("msg")
+    g = sub.select(c("line_no"), m, m.str.extract(P.RECV_ID.regex, 1).alias("request_id"),
+                   m.str.find("prompt_token_ids: ", literal=True).alias("_i"),
+                   m.str.find("params: ", literal=True).alias("_p"),
+                   m.str.find(", lora_request: ", literal=True).alias("_l"))
+    b = m.cast(pl.Binary)
+    tail = pl.when(c("_i").is_not_null()).then(b.bin.slice(c("_i") + 18).cast(pl.String))
+    end = pl.coalesce(c("_i") - 2, c("_l"))
+    params = pl.when(c("_p").is_not_null() & (end > c("_p"))).then(
+        b.bin.slice(c("_p") + 8, end - c("_p") - 8).cast(pl.String))
+    g = g.with_columns(tail.alias("_t"), params.alias("params"))
+    ids = pl.when(c("_t").str.starts_with("[")).then(c("_t").str.slice(0, c("_t").str.find("]", literal=True) + 1))
+    ok_params = (c("params").str.slice(0, 48).str.contains(P.PARAMS_HEAD.regex) & c("params").str.ends_with(")")) | (
+        c("params") == "None")
+    g = g.with_columns(ids.alias("ids"), ok_params.fill_null(False).alias("_okp")).drop("_t")
+    if not g["_okp"].all():
+        g = g.with_columns(pl.when(c("_okp")).then(c("params")).otherwise(m.str.extract(P.RECV_PARAMS.regex, 1))
+                           .alias("params"))
+    ids_of = g.filter(c("request_id").is_not_null() & c("ids").is_not_null() & (c("ids") != "[]"))
+    parsed = _id_blocks(ids_of["ids"])
+    if parsed is not None:
+        # prompt_tokens from the commas found there (the same count as the commas + 1 below, without the scan)
+        n, h, nb = parsed
+        line_no = ids_of["line_no"]
+    else:
+        n = None
+        line_no, h, nb = _split_blocks(g.filter(c("request_id").is_not_null()))
+    keep = nb > 0
+    offsets = np.concatenate(([0], np.cumsum(nb[keep]))).astype(np.int32)
+    blocks = pl.DataFrame({"line_no": line_no.filter(pl.Series(keep)),
+                           "_blk": pl.from_arrow(pa.ListArray.from_arrays(pa.array(offsets), pa.array(h, pa.uint64())))})
+    g = g.join(blocks, on="line_no", how="left", maintain_order="left")
+    if n is not None:
+        g = g.join(pl.DataFrame({"line_no": ids_of["line_no"], "_n": pl.Series(n, dtype=pl.Int32)}), on="line_no",
+                   how="left", maintain_order="left")
+        n_tokens = c("_n")
+    else:
+        n_tokens = (pl.when(c("ids").is_null() | (c("ids") == "[]")).then(None)
+                    .otherwise(c("ids").str.count_matches(",") + 1).cast(pl.Int32))
+    return g.select(c("line_no"), c("request_id"), c("params"), n_tokens.alias("prompt_tokens"),
+                    c("params").str.extract(P.MAX_TOKENS.regex, 1).cast(pl.Int32, strict=False).alias("max_tokens"),
+                    c("_blk")).cast(_RECV_COLS)
+
+
+def _split_blocks(g: pl.DataFrame) -> tuple[pl.Series, np.ndarray, np.ndarray]:
+    """Block hashes of token-id lists that `_id_blocks` does not read (an odd print, a cut list), split on `, `
+    by polars: (line_no of each list with a whole block, the hashes one list after another, blocks per list).
+    A token that is not an integer still takes its place, as a value no id has."""
+    t = g.select(c("line_no"), c("ids").str.strip_chars("[]").str.split(", ").alias("t")).filter(
+        c("t").list.len() >= BLOCK)
+    if t.height == 0:
+        return t["line_no"], np.zeros(0, np.uint64), np.zeros(0, np.int64)
+    n = t["t"].list.len().to_numpy().astype(np.int64)
+    tok = t["t"].explode().cast(pl.Int64, strict=False).fill_null(-1).to_numpy().view(np.uint64)
+    nb = n // BLOCK
+    start = np.concatenate(([0], np.cumsum(n)[:-1]))
+    # Row of every whole block in `tok`: the prompt's start plus 16 x the block's position in it.
+    b = np.arange(int(nb.sum()), dtype=np.int64) - np.repeat(np.cumsum(nb) - nb, nb)
+    rows = np.repeat(start, nb) + b * BLOCK
+    blocks = tok[rows[:, None] + np.arange(BLOCK)]
+    with np.errstate(over="ignore"):
+        h = _mix64((blocks * _BLOCK_MULT).sum(axis=1, dtype=np.uint64))
+    return t["line_no"], h, nb
+
+
+def _read_received(df: pl.DataFrame) -> pl.DataFrame:
+    """The frame with `_pre` (read here) and the `_received_fields` of its Received records as `_r_*` columns, so
+    the worker threads do this work for `_Run._received` (a line with a Ray dedup marker is left to it, since
+    its message changes when the marker is cut off)."""
+    m = c("msg")
+    recv = (c("kind").is_in(["rec", "ks"]) & m.str.starts_with("Received request ")
+            & ~m.str.contains("across cluster]", literal=True))
+    sub = df.filter(recv).select("line_no", "msg")
+    if sub.height:
+        with _RECV_LOCK:  # one worker at a time: its copies of the lines' text are the parse's largest transient
+            fields = _received_fields(sub)
+    else:
+        fields = pl.DataFrame(schema={"line_no": pl.Int64, **_RECV_COLS})
+    fields = fields.select(c("line_no"), pl.lit(True).alias("_pre"), *[c(k).alias(f"_r_{k}") for k in _RECV_COLS])
+    return df.join(fields, on="line_no", how="left", maintain_order="left").with_columns(c("_pre").fill_null(False))
+
+
 # -- frame-level classification (pure functions of the frame) --------------------------------------------------
 
 def _classify(frame: pl.DataFrame) -> pl.DataFrame:
@@ -739,7 +892,7 @@ def _classify(frame: pl.DataFrame) -> pl.DataFrame:
         return frame
     df = _patch(frame, frame["text"].str.contains("\x1b", literal=True), "text",
                 c("text").str.replace_all(P.ANSI.regex, ""))
-    return _Run._recover_torn(_envelope(df))
+    return _read_received(_Run._recover_torn(_envelope(df)))
 
 
 
@@ -853,18 +1006,22 @@ def _python_warning_tails(df: pl.DataFrame) -> pl.DataFrame:
     cand = ((df["kind"] == "other") & df["noise"].is_null() & df["tb_event"].is_null()).arg_true().cast(pl.Int64)
     if cand.len() == 0:
         return df
-    pfx = df["process"].fill_null("")
-    mine = pfx.gather(cand)
+    # The stream of every line as a small integer, and for each candidate the nearest earlier line of its stream
+    # within 6 lines (numpy over a (candidates x 6) matrix instead of a polars call per distance).
+    stream = df["process"].fill_null("").cast(pl.Categorical).to_physical().to_numpy()
+    pw = pw.to_numpy().copy()
+    ci = cand.to_numpy()
+    back = ci[:, None] - np.arange(1, 7)
+    at = np.clip(back, 0, None)
+    same = (stream[at] == stream[ci][:, None]) & (back >= 0)
+    has = same.any(axis=1)
+    near = at[np.arange(ci.size), same.argmax(axis=1)]
     for _ in range(3):
-        found = pl.repeat(None, cand.len(), dtype=pl.Boolean, eager=True)
-        for k in range(1, 7):
-            j = (cand - k).clip(0)
-            same = (pfx.gather(j) == mine) & (cand - k >= 0)
-            found = pl.select(pl.when(found.is_null() & same).then(pw.gather(j)).otherwise(found)).to_series()
-        hit = found.fill_null(False)
+        hit = has & pw[near]
         if not hit.any():
             break
-        pw = pw.scatter(cand.filter(hit), True)
+        pw[ci[hit]] = True
+    pw = pl.Series(pw)
     noise = df["noise"].scatter(cand.filter(pw.gather(cand)), "python_warning")
     return df.with_columns(noise)
 

@@ -10,6 +10,7 @@ means "not set"); the best rank wins, then the latest line. Raw keys are kept as
 from __future__ import annotations
 
 import polars as pl
+import pyarrow as pa
 
 from . import vllm_log_patterns as P
 
@@ -46,15 +47,20 @@ def _pairs(df: pl.DataFrame, body: pl.Expr, pair_regex: str) -> pl.DataFrame:
 
 
 class ConfigCollector:
-    """Collects candidate (key, value) statements frame by frame; `rows()` resolves them into engine_config rows."""
+    """Collects the config lines frame by frame; `rows()` reads every statement they make (all the frames' lines at
+    once: a few dozen polars calls per file, not per frame) and resolves them into engine_config rows."""
 
     def __init__(self):
         self.parts: list[pl.DataFrame] = []
+        self.lines: list = []  # Arrow tables: compact copies that do not keep a whole frame's text alive
 
     def add(self, cfg: pl.DataFrame) -> None:
-        """`cfg`: the config-tagged records of a frame, columns line_no and msg."""
-        if cfg.height == 0:
-            return
+        """`cfg`: the config-tagged records of a frame, columns line_no and msg (kept as they are until `rows()`)."""
+        if cfg.height:
+            self.lines.append(cfg.select("line_no", "msg").to_arrow())
+
+    def _read(self, cfg: pl.DataFrame) -> None:
+        """Every statement the config lines `cfg` (line_no, msg) make, as candidates in `parts`."""
         msg = c("msg")
         parts = self.parts
         # One pass computes every statement a config line can make (polars runs the expressions in parallel).
@@ -107,6 +113,9 @@ class ConfigCollector:
 
     def rows(self, extra: pl.DataFrame | None = None) -> pl.DataFrame:
         """The resolved engine_config rows: one per key (best rank, then the latest line)."""
+        if self.lines:
+            self._read(pl.from_arrow(pa.concat_tables(self.lines)))
+            self.lines = []
         parts = [p for p in self.parts if p.height]
         if extra is not None and extra.height:
             parts.append(extra.select(list(_SCHEMA)).cast(_SCHEMA))

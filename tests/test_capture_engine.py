@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -257,3 +258,52 @@ def test_requests_cut_off_by_the_drain_limit_are_failed_requests_that_still_pars
         assert s.sql("SELECT count(*) FROM steps").item() == len(res.engine.steps)
     finally:
         s.close()
+
+
+def test_a_step_records_its_page_faults_and_the_speed_probe_runs_after_it_outside_its_annotation():
+    import mmap
+
+    log = []
+
+    class Touching(_FakeModel):
+        fresh = True
+
+        def step(self, b):
+            if self.fresh:                      # 4 MB of fresh anonymous pages, each written once: 1024 faults
+                m = mmap.mmap(-1, 4 << 20)
+                for i in range(0, 4 << 20, 4096):
+                    m[i] = 1
+                m.close()
+            return super().step(b)
+
+    class Ctx(_NullCtx):
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            log.append(("enter", self.name))
+            return self
+
+        def __exit__(self, *a):
+            log.append(("exit", self.name))
+            return False
+
+    def probe():
+        t0 = time.thread_time_ns()
+        while time.thread_time_ns() - t0 < 200_000:
+            pass
+        log.append(("probe",))
+
+    model = Touching()
+    e = Engine(model, EngineConfig("chunked", 16, 4), Ctx, probe=probe)
+    e.waiting.append(_req(0, 4))
+    rec = e.step(*e.schedule())
+    model.fresh = False
+    quiet = e.step(*e.schedule())
+    name = rec.marker
+    assert log[:3] == [("enter", name), ("exit", name), ("probe",)] and len(log) == 6
+    assert rec.probe_ns >= 200_000 and quiet.probe_ns >= 200_000
+    assert rec.minflt >= 1024 > quiet.minflt
+    plain = Engine(model, EngineConfig("chunked", 16, 4), Ctx)
+    plain.waiting.append(_req(0, 4))
+    assert plain.step(*plain.schedule()).probe_ns == 0 and len(log) == 8      # no probe: nothing after the exit

@@ -1,4 +1,4 @@
-"""Fleet mode end to end on a simulated fleet of 8 replicas x 2 windows (16 shards).
+"""Fleet mode end to end on a simulated fleet of 6 replicas x 2 windows (12 shards).
 
 Two lakes of the same fleet, built independently of each other:
 - local: the CLI, `--engine local`, on the generator's manifest (fleet.csv: which run's files make which window,
@@ -7,7 +7,7 @@ Two lakes of the same fleet, built independently of each other:
   corrupt file and a worker killed mid-task, then the file removed and a re-run.
 Identical lakes therefore mean both that the engines agree and that the window cut put every file where it
 belongs; the local lake is checked against the `stallscope analyze --json` CLI on three shards, and against
-an in-process `analyze` of each of the 16 shards' files alone."""
+an in-process `analyze` of each of the 12 shards' files alone."""
 from __future__ import annotations
 
 import json
@@ -40,7 +40,7 @@ def fleet(tmp_path_factory):
     from stallscope.fleet.simulate import simulate_fleet
 
     out = tmp_path_factory.mktemp("fleet") / "src"
-    reps = simulate_fleet(out, 8, windows=2, traced=2)
+    reps = simulate_fleet(out, 6, windows=2, traced=2)
     return out, reps
 
 
@@ -54,7 +54,7 @@ def local_lake(fleet, tmp_path_factory):
                                      "--engine", "local"],
                        capture_output=True, text=True, timeout=400, env=_env(STALLSCOPE_FLEET_FAULT=f"raise:{KILLED},raise:{RAISES}"))
     assert r.returncode == 0, r.stderr
-    assert "16 shards: 16 done, 0 failed, 0 already done (skipped); 16 executed on local, 2 retried" in r.stdout
+    assert "12 shards: 12 done, 0 failed, 0 already done (skipped); 12 executed on local, 2 retried" in r.stdout
     return lake
 
 
@@ -127,7 +127,7 @@ def test_the_fleet_is_a_real_mix_and_windows_differ(local_lake, fleet):
     goodput, others are healthy, in three pools."""
     lake = _goodput(local_lake)
     _, reps = fleet
-    assert len(lake) == 16
+    assert len(lake) == 12
     for rep in reps:
         w0, w1 = ({k: lake[f"{rep.pool}~{rep.replica}~{w}"][k] for k in GOODPUT_FIELDS} for w in rep.windows)
         assert w0 != w1, rep.replica
@@ -191,7 +191,7 @@ def test_lake_tables_carry_the_shard_details(local_lake, fleet):
 
 def test_faults_cost_only_their_shard_and_a_rerun_does_only_what_is_missing(ray_runs):
     lake, first, ledger, second = ray_runs
-    assert (first.planned, first.executed, first.done, first.failed) == (16, 16, 15, 1)
+    assert (first.planned, first.executed, first.done, first.failed) == (12, 12, 11, 1)
     status, attempts, error, engine = ledger[CORRUPT]
     assert status == "failed" and attempts == 1 and engine == "ray"
     assert "bench_serve-retry.json: truncated or invalid JSON" in error and "\n" not in error
@@ -199,7 +199,7 @@ def test_faults_cost_only_their_shard_and_a_rerun_does_only_what_is_missing(ray_
     assert ledger[RAISES][:3] == ("done", 2, None)   # an exception: Ray's retry_exceptions
     assert first.retried == 2
     assert all(v[0] == "done" and v[1] == 1 for k, v in ledger.items() if k not in (CORRUPT, KILLED, RAISES))
-    assert (second.planned, second.skipped, second.executed, second.done, second.failed) == (16, 15, 1, 1, 0)
+    assert (second.planned, second.skipped, second.executed, second.done, second.failed) == (12, 11, 1, 1, 0)
     assert _ledger(lake)[CORRUPT][:3] == ("done", 1, None)
 
 
@@ -234,7 +234,7 @@ def _relative(rows):
 
 
 def test_every_shard_equals_analyze_of_its_files_alone(local_lake, fleet):
-    """All 16 shards: a fresh store per run directory of the generator (no fleet code: the files as written, one
+    """All 12 shards: a fresh store per run directory of the generator (no fleet code: the files as written, one
     window each), analysed in process; goodput, lost goodput and spike count equal the lake's row."""
     import stallscope
     from stallscope.analyze import Options, analyze, parse_slo
@@ -250,4 +250,4 @@ def test_every_shard_equals_analyze_of_its_files_alone(local_lake, fleet):
             got = lake[f"{rep.pool}~{rep.replica}~{rep.windows[w]}"]
             assert {k: got[k] for k in GOODPUT_FIELDS} == ref, (rep.replica, w)
             checked += 1
-    assert checked == len(lake) == 16
+    assert checked == len(lake) == 12

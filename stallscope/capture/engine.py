@@ -28,6 +28,16 @@ from stallscope.errors import StallscopeError
 
 from .model import Batch, TinyLM
 
+try:
+    import resource
+    _RUSAGE = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+
+    def _minflt() -> int:
+        return resource.getrusage(_RUSAGE).ru_minflt
+except ImportError:        # not on POSIX: no fault counts
+    def _minflt() -> int:
+        return 0
+
 POLICIES = ("chunked", "unchunked")
 STATS_INTERVAL_NS = 10_000_000_000   # vLLM V1 logs its stats line every 10 s
 
@@ -81,6 +91,8 @@ class StepRecord:
     cpu_ns: int = 0                    # thread CPU time of the step: wall minus this is time not on a core
     kv_read: int = 0                   # KV tokens the decodes attended to (sum of their contexts + 1)
     attn_work: float = 0.0             # sum over chunks of c * (k + c/2): prefill attention work
+    minflt: int = 0                    # minor page faults the engine thread took in the step
+    probe_ns: int = 0                  # thread CPU time of the machine-speed probe run after the step (0: none)
 
 
 @dataclass
@@ -115,11 +127,14 @@ def marker(ctx_reqs: int, ctx_tokens: int, gen_reqs: int, gen_tokens: int) -> st
 
 class Engine:
     def __init__(self, model: TinyLM, config: EngineConfig, record_function: Callable[[str], object],
-                 sync: Callable[[], None] = lambda: None):
+                 sync: Callable[[], None] = lambda: None, probe: Callable[[], None] | None = None):
         self.model = model
         self.cfg = config
         self.record_function = record_function
         self.sync = sync
+        # A fixed piece of work run after every step, outside its annotation and invisible to the profiler: its
+        # thread CPU time tracks how fast this core runs at the moment (a shared VM's speed drifts by tens of %)
+        self.probe = probe
         self.free_slots = deque(range(config.max_num_seqs))
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []   # admission order; prefilling ones have computed < len(prompt)
@@ -168,6 +183,7 @@ class Engine:
         tokens.extend(r.output[-1] for r in decodes)
         batch = Batch(tokens, [(r.slot, r.computed, c) for r, c in chunks], [r.slot for r in decodes],
                       [r.cached for r in decodes])
+        f0 = _minflt()
         c0 = time.thread_time_ns()
         t0 = time.perf_counter_ns()
         with self.record_function(name):
@@ -177,6 +193,12 @@ class Engine:
         # the tokens leave once the traced step has ended (a streaming client sees them after the step)
         t1 = time.perf_counter_ns()
         c1 = time.thread_time_ns()
+        faults = _minflt() - f0
+        probe_ns = 0
+        if self.probe is not None:
+            p0 = time.thread_time_ns()
+            self.probe()
+            probe_ns = time.thread_time_ns() - p0
         for i, (r, c) in enumerate(chunks):
             r.computed += c
             if r.computed == len(r.prompt):   # the chunk that completes the prompt yields the first token
@@ -184,7 +206,8 @@ class Engine:
         for j, r in enumerate(decodes):
             self._emit(r, out[len(chunks) + j], t1)
         return StepRecord(t0, t1, len(chunks), ctx_tokens, len(decodes), name, c1 - c0,
-                          sum(batch.dec_ctx) + len(decodes), sum(c * (k + c / 2) for _, k, c in batch.chunks))
+                          sum(batch.dec_ctx) + len(decodes), sum(c * (k + c / 2) for _, k, c in batch.chunks),
+                          faults, probe_ns)
 
     def _emit(self, r: Request, token: int, t_ns: int) -> None:
         r.output.append(token)
