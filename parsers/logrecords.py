@@ -256,10 +256,9 @@ def collapse(df: pl.DataFrame, text: str = "t") -> pl.DataFrame:
     return pl.concat([single, agg.select(single.columns)], how="vertical").sort("gid")
 
 
-def record_frames(ctx: ParseContext, flag, prepare: Callable[[pl.DataFrame], pl.DataFrame]
-                  ) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
-    """The input frame by frame as (its physical lines, the records they form): undecodable bytes dropped with a
-    reject, `prepare` applied, records split by `flag` across frame edges, trailing blank lines counted skipped."""
+def record_lines(ctx: ParseContext, flag, prepare: Callable[[pl.DataFrame], pl.DataFrame]) -> Iterator[pl.DataFrame]:
+    """The input frame by frame as the physical lines of whole records: undecodable bytes dropped with a reject,
+    `prepare` applied, records split by `flag` across frame edges (`gid`); Ray's dedup markers counted in a note."""
     splitter = RecordSplitter(flag)
     markers = folded = 0
     for frame, last in line_frames(ctx, prepare):
@@ -269,11 +268,18 @@ def record_frames(ctx: ParseContext, flag, prepare: Callable[[pl.DataFrame], pl.
         if "dedup" in lines.columns:
             d = lines["dedup"].drop_nulls()
             markers, folded = markers + d.len(), folded + int(d.sum())
+        yield lines
+    if markers:
+        ctx.notes.append(dedup_note(markers, folded))
+
+
+def record_frames(ctx: ParseContext, flag, prepare: Callable[[pl.DataFrame], pl.DataFrame]
+                  ) -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
+    """`record_lines` as (its physical lines, the records they form), trailing blank lines counted skipped."""
+    for lines in record_lines(ctx, flag, prepare):
         lines, blanks = trim_trailing_blanks(lines)
         ctx.counts.skipped += blanks
         yield lines, collapse(lines)
-    if markers:
-        ctx.notes.append(dedup_note(markers, folded))
 
 
 def dedup_note(markers: int, folded: int) -> str:

@@ -31,7 +31,7 @@ import polars as pl
 
 from .base import InputFile, ParseContext, Parser
 from .logrecords import (ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
-                         note_rows, BufferedWrites, RecordSplitter, collapse, dedup_note, line_frames, span_of_times,
+                         note_rows, BufferedWrites, collapse, record_lines, span_of_times,
                          trim_trailing_blanks, with_body, write_config)
 from .lines import ordered_map
 from .patterns import Pattern, Sample
@@ -618,20 +618,9 @@ def _args_pairs(rec: pl.DataFrame, origin: str) -> tuple[pl.DataFrame, pl.DataFr
 
 
 def _record_frames(ctx: ParseContext):
-    """The input frame by frame as whole records' physical lines (`logrecords.record_frames` without forming the
-    records: that is `_work`'s, on the generic lines only)."""
-    splitter = RecordSplitter(_flag)
-    markers = folded = 0
-    for frame, last in line_frames(ctx, _prepare):
-        lines = splitter.feed(frame, last)
-        if lines.height == 0:
-            continue
-        if "dedup" in lines.columns:
-            d = lines["dedup"].drop_nulls()
-            markers, folded = markers + d.len(), folded + int(d.sum())
-        yield lines
-    if markers:
-        ctx.notes.append(dedup_note(markers, folded))
+    """The input frame by frame as whole records' physical lines (`logrecords.record_lines`: forming the records
+    is `_work`'s, on the generic lines only)."""
+    return record_lines(ctx, _flag, _prepare)
 
 
 def _work(lines: pl.DataFrame) -> dict:
