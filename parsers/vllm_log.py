@@ -123,7 +123,7 @@ def _id_blocks(ids: pl.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray] | No
 
 
 PATTERNS = P.PATTERNS
-VERSION = "1.0"
+VERSION = "1.1"  # 1.1: prompt-block chain keys depend on block order (shared_prefix_tokens)
 MSG_MAX = 4096  # characters of a message kept in log_events
 NS_PER_S = 1_000_000_000
 FLUSH_ROWS = 250_000  # rows per table buffered before an INSERT
@@ -574,8 +574,9 @@ class _Run:
 
     def _prompt_blocks(self, line_no: pl.Series, request_id: pl.Series, h: np.ndarray, nb: np.ndarray) -> None:
         """Chain keys of each prompt's whole 16-token blocks (vLLM's default KV block), for `shared_prefix_tokens`:
-        block j's key sums the hashes `h` of every block up to j and is mixed with j, so equal keys mean equal
-        prefixes. `h` holds every prompt's block hashes one after another, `nb` how many each prompt has."""
+        block j's key sums the hashes of every block up to j, each first mixed with its position (a plain sum would
+        give [A, B] and [B, A] one key), and is mixed with j, so equal keys mean equal prefixes. `h` holds every
+        prompt's block hashes one after another, `nb` how many each prompt has."""
         keep = nb > 0
         if not keep.any():
             return
@@ -583,7 +584,8 @@ class _Run:
         first_blk = np.concatenate(([0], np.cumsum(nb)[:-1]))
         b = np.arange(int(nb.sum()), dtype=np.int64) - np.repeat(first_blk, nb)
         with np.errstate(over="ignore"):
-            chain = np.cumsum(h, dtype=np.uint64)
+            at = _mix64(h ^ ((b.astype(np.uint64) + np.uint64(1)) * np.uint64(0xC2B2AE3D27D4EB4F)))
+            chain = np.cumsum(at, dtype=np.uint64)
             # the chain up to each prompt's start
             before = np.repeat(np.concatenate((np.zeros(1, np.uint64), chain))[first_blk], nb)
             key = _mix64((chain - before) ^ (b.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)))

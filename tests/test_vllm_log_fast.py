@@ -96,6 +96,26 @@ def test_shared_prefix_tokens_the_same_either_way(tmp_path, monkeypatch):
     assert sum(r[2] > 0 for r in fast) > 50  # the prompts do share prefixes
 
 
+def test_the_same_blocks_in_another_order_share_no_prefix(tmp_path):
+    """Blocks A, B then B, A: the second prompt shares no prefix with the first (a prefix is blocks in order); A, B,
+    C then shares exactly the 32 tokens of A, B."""
+    from stallscope.ingest import ingest_paths
+    from stallscope.parsers import Options
+    from stallscope.store import Store
+
+    a, b, c = ([k * 1000 + i for i in range(V.BLOCK)] for k in (1, 2, 3))
+    prompts = [a + b, b + a, a + b + c]
+    lines = [f"INFO 04-14 16:00:{i:02d} [logger.py:39] Received request cmpl-{i:032x}: prompt: 'x', params: "
+             f"SamplingParams(n=1, max_tokens=16), prompt_token_ids: [{', '.join(map(str, p))}], lora_request: None, "
+             "prompt_adapter_request: None." for i, p in enumerate(prompts)]
+    path = tmp_path / "order.log"
+    path.write_text("\n".join(lines) + "\n")
+    with Store(str(tmp_path / "o.duckdb")) as st:
+        ingest_paths(st, [path], options=Options(year=2025))
+        got = st.con.execute("SELECT shared_prefix_tokens FROM requests ORDER BY request_id").fetchall()
+    assert [r[0] for r in got] == [0, 0, 2 * V.BLOCK]
+
+
 def test_hard_wrapped_received_line_is_read_again_after_joining(tmp_path):
     """A Received line hard-wrapped by a terminal copy is read from its joined message, not from the first piece
     the worker threads saw: the same request row as the unwrapped line."""
