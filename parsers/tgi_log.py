@@ -16,7 +16,7 @@ out those the generic path would read as exactly that (literal finds and capture
 skip the head columns and record formation and are read by position (`_fast_frames`), then merged back in file
 order where order matters (the running request index, times carried to untimed records). Everything else takes the
 generic path. STALLSCOPE_TGI_GENERIC=1 sends every line through the generic path (tests/test_tgi_fastpath.py checks
-both give the same store; bench/tgi_equiv.py checks a checkout against another).
+both give the same store; bench/compare_ingest.py checks a checkout against another).
 
 Times: TGI prints RFC 3339 UTC with `Z`. A line pasted without its timestamp gives a request with NULL times (it
 still counts); other untimed records inherit the previous timed record's time (NULL when none precedes).

@@ -1,8 +1,8 @@
 """The TGI parser's fast paths land exactly what its generic path lands: every table the parser writes, the sources
 accounting and the notes, with STALLSCOPE_TGI_GENERIC=1 (every line through the generic record path) and without,
 on the real TGI logs and on a bench-style log that mixes wrapper prefixes, ANSI colour, dedup markers and lines built
-to look like the fast layouts without being them (bench/tgi_equiv.py, which also compares against another
-checkout)."""
+to look like the fast layouts without being them (bench/logvariants.py; bench/compare_ingest.py also compares
+against another checkout)."""
 from __future__ import annotations
 
 import hashlib
@@ -20,7 +20,7 @@ TABLES = ("requests", "request_events", "engine_config", "log_events", "engine_b
 
 
 def _equiv_module():
-    spec = importlib.util.spec_from_file_location("tgi_equiv", ROOT / "bench" / "tgi_equiv.py")
+    spec = importlib.util.spec_from_file_location("logvariants", ROOT / "bench" / "logvariants.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -81,7 +81,7 @@ def test_bench_style_log_same_with_and_without_fast_paths(monkeypatch, tmp_path,
     """Small frames put frame edges inside multi-line records and between fast lines and the records they follow."""
     if frame_bytes:
         monkeypatch.setattr(lr, "FRAME_BYTES", frame_bytes)
-    path = _equiv_module().bench_style(tmp_path / "tgi_mixed.log", 0.6)
+    path = _equiv_module().tgi_bench_style(tmp_path / "tgi_mixed.log", 0.6)
     generic, fast, taken = _both(monkeypatch, [path])
     _same(generic, fast)
     n_req = generic["requests"][0]
@@ -90,7 +90,7 @@ def test_bench_style_log_same_with_and_without_fast_paths(monkeypatch, tmp_path,
 
 
 def test_fast_kind_refuses_the_look_alikes():
-    """Each line built to look like a fast layout without being one (bench/tgi_equiv.TRICKY) is left to the generic
+    """Each line built to look like a fast layout without being one (bench/logvariants.TRICKY) is left to the generic
     path unless the generic path reads it as the same kind of record; the real Success lines are taken."""
     tricky = _equiv_module().TRICKY
     df = pl.DataFrame({"t": tricky})

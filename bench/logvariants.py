@@ -1,33 +1,41 @@
-"""Whether two checkouts' TGI log ingest lands the same store: every table, row for row, on the real TGI logs and a
-bench-style log with wrapper prefixes (the check behind every speed change of the TGI parser).
-
-Each side ingests the same files into its own DuckDB file, in its own process, with its own Python (a checkout's
-`.venv`): this checkout against a reference (default /work/main). Then every table the reference store holds is
-compared with DuckDB, `EXCEPT ALL` both ways, with `source_id` replaced by the source's file name (row order is not
-compared: no canonical table has one); `sources` is compared on its accounting columns (records parsed, skipped,
-rejected, raw bytes, clock, first/last instant) and the ingest notes of each file one by one.
-
-    .venv/bin/python bench/tgi_equiv.py [--ref /work/main] [--dir /tmp/bench-t/equiv] [--mb 4] [--frame-bytes N]
-                                        [extra files...]
-
-Exit status 0 when every table is identical, 1 otherwise (the differing rows are printed, a few per table).
-"""
+"""Log inputs built to cross the parsers' edges, for bench/compare_ingest.py and the fast-path tests: cuts of the
+bench files (mid-record starts, several frames) as they are and behind wrapper prefixes, a TGI mix with lines built
+to look like the fast layouts without being them, and an SGLang mix whose batch and access lines come behind every
+wrapper prefix (Ray actor with and without ip and with Ray's stripped trailing `,`, compose, kubectl, journald, ANSI,
+Ray's dedup marker)."""
 from __future__ import annotations
 
-import argparse
-import json
 import os
+import random
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = Path(os.environ.get("STALLSCOPE_REAL", ROOT.parent / "shared" / "real"))
 
-SOURCE_COLS = ("format", "parser", "records_parsed", "records_skipped", "records_rejected", "raw_bytes",
-               "clock_offset_ns", "clock_method", "clock_residual_ns", "clock_note", "first_ns", "last_ns")
+# A wrapper prefix per engine as its deployments write it (Ray actor, docker compose).
+CUT_PREFIXES = {
+    "vllm": [b"(RayWorkerWrapper pid=1273) ", b"vllm-leader-1  | "],
+    "tgi": [b"(TgiActor pid=41820) ", b"tgi-1  | "],
+    "sglang": [b"(SGLangEngine pid=41820) ", b"sglang-1  | "],
+}
+
+
+def cuts(engine: str, big: Path, mb: float, work: Path) -> list[Path]:
+    """`mb` MB cut from the middle of `big` at line edges (the first record may be a continuation, frames start
+    mid-stream), as it is and behind each of the engine's CUT_PREFIXES."""
+    with open(big, "rb") as f:
+        f.seek(min(37_000_123, max(0, big.stat().st_size - int(mb * 1e6))))
+        data = f.read(int(mb * 1e6))
+    data = data[data.find(b"\n") + 1: data.rfind(b"\n") + 1]
+    out = [work / f"{engine}_cut.log"]
+    out[0].write_bytes(data)
+    for i, prefix in enumerate(CUT_PREFIXES[engine]):
+        p = work / f"{engine}_cut_prefixed{i}.log"
+        p.write_bytes(b"".join(prefix + ln for ln in data.splitlines(keepends=True)))
+        out.append(p)
+    return out
+
 
 # Lines built to look like the Success layout but not be it (or to hold timing-like text before it).
 TRICKY = [
@@ -102,11 +110,11 @@ TRICKY = [
     '"text_generation_router::server","span":{"total_time":"4.065504959s","validation_time":"1ms","queue_time":"2ms",'
     '"inference_time":"4s","time_per_token":"40ms","seed":"None","name":"generate"},"spans":[{"name":"generate"}]}',
 ]
-PREFIXES = [b"tgi-1  | ", b"(Router pid=7) ", b"[pod/tgi-0/router] ", b"Dec  1 12:00:00 node7 tgi[1201]: ",
+TGI_PREFIXES = [b"tgi-1  | ", b"(Router pid=7) ", b"[pod/tgi-0/router] ", b"Dec  1 12:00:00 node7 tgi[1201]: ",
             b"(A pid=1) (RayWorkerWrapper pid=2, ip=10.0.0.1) ", b"[text-generation-inference] | "]
 
 
-def bench_style(path: Path, mb: float) -> Path:
+def tgi_bench_style(path: Path, mb: float) -> Path:
     """The real text logs and their Success/radix lines many times (as bench_logs builds its TGI file), each line
     also behind ANSI colour, each wrapper prefix, a dedup marker and CRLF, plus the TRICKY lines."""
     mix = b"".join(p.read_bytes().rstrip(b"\n") + b"\n" for p in sorted((REAL / "tgi").glob("*_text_*.log")))
@@ -117,10 +125,10 @@ def bench_style(path: Path, mb: float) -> Path:
     for i, ln in enumerate(body + tricky):
         variants.append(ln)
         variants.append(b"\x1b[32m" + ln[:28] + b"\x1b[0m" + ln[28:])  # ANSI colour inside the head
-        variants.append(PREFIXES[i % len(PREFIXES)] + ln)
+        variants.append(TGI_PREFIXES[i % len(TGI_PREFIXES)] + ln)
         variants.append(ln + b" [repeated 3x across cluster]")
         variants.append(ln + b"\r")
-    wrapped = [PREFIXES[i % len(PREFIXES)] + ln for i, ln in enumerate(all_lines)]  # the whole mix behind prefixes
+    wrapped = [TGI_PREFIXES[i % len(TGI_PREFIXES)] + ln for i, ln in enumerate(all_lines)]  # the whole mix behind prefixes
     block = mix + b"\n".join(variants * 10) + b"\n" + b"\n".join(wrapped) + b"\n" + b"\n".join(tricky) + b"\n"
     with open(path, "wb") as f:
         for _ in range(max(1, int(mb * 1e6 / len(block)))):
@@ -128,110 +136,38 @@ def bench_style(path: Path, mb: float) -> Path:
     return path
 
 
-def _worker(db: str, files: list[str]) -> None:
-    import stallscope
-    if os.environ.get("TGI_EQUIV_FRAME_BYTES"):  # small frames: many frame edges inside records
-        import stallscope.parsers.logrecords as lr
-        lr.FRAME_BYTES = int(os.environ["TGI_EQUIV_FRAME_BYTES"])
-    with stallscope.open(db) as s:
-        report = s.ingest([Path(f) for f in files])
-        notes = {Path(r.path).name: list(r.notes) for r in report}
-        bad = [r.message for r in report if not r.ok]
-    print(json.dumps({"notes": notes, "failed": bad, "code": stallscope.__file__}))
+_SGLANG_BODY = re.compile(rb"\] (?:Prefill|Decode) batch[.,]|\] INFO: +\S+ - \"")
+SGLANG_WRAPS = [
+    lambda ln, i: b"(SGLangEngine pid=41820) " + ln,
+    lambda ln, i: b"(SGLangEngine pid=41820, ip=10.0.0.7) " + (ln[:-1] if ln.endswith(b", ") else ln),
+    lambda ln, i: b"sglang-1  | " + ln,
+    lambda ln, i: b"[pod/sglang-0/server] " + ln,
+    lambda ln, i: b"Sep  1 10:00:00 node7 sglang[1201]: " + ln,
+    lambda ln, i: b"\x1b[36m(SGLangEngine pid=7)\x1b[0m " + ln,
+    lambda ln, i: ln + b" [repeated 3x across cluster]",
+    lambda ln, i: b"(EngineCore pid=1) (SGLangEngine pid=2) " + ln,
+]
 
 
-def run_side(python: str, db: Path, files: list[Path]) -> dict:
-    for p in (db, Path(str(db) + ".wal")):
-        p.unlink(missing_ok=True)
-    t0 = time.perf_counter()
-    r = subprocess.run([python, __file__, "--worker", str(db), *map(str, files)], capture_output=True, text=True,
-                       cwd="/")
-    if r.returncode:
-        raise SystemExit(f"{python} failed:\n{r.stderr[-3000:]}")
-    out = json.loads(r.stdout.strip().splitlines()[-1])
-    out["seconds"] = time.perf_counter() - t0
+def sglang_bench_style(out: Path, target: int = 3_000_000, seed: int = 14) -> Path:
+    """The bench's SGLang mix (real dated logs once, then their batch and access lines many times), in runs of 200
+    lines where every line of a run has one wrapper variant (or none), to about `target` bytes."""
+    dated = re.compile(rb"(?m)^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+    files = sorted(p for p in (REAL / "sglang").glob("*.log") if dated.search(p.read_bytes()))
+    mix = b"".join(b if b.endswith(b"\n") else b + b"\n" for b in (p.read_bytes() for p in files))
+    body = [ln for ln in mix.split(b"\n") if _SGLANG_BODY.search(ln)]
+    rng = random.Random(seed)
+    parts, size, k = [mix], len(mix), 0
+    while size < target:
+        run = [body[(k + j) % len(body)] for j in range(200)]
+        k += 200
+        w = rng.randrange(len(SGLANG_WRAPS) + 2)
+        if w < len(SGLANG_WRAPS):
+            run = [SGLANG_WRAPS[w](ln, j) for j, ln in enumerate(run)]
+        chunk = b"\n".join(run) + b"\n"
+        parts.append(chunk)
+        size += len(chunk)
+    out.write_bytes(b"".join(parts))
     return out
 
 
-def compare(a: Path, b: Path) -> list[str]:
-    import duckdb
-    con = duckdb.connect()
-    con.execute(f"ATTACH '{a}' AS a (READ_ONLY)")
-    con.execute(f"ATTACH '{b}' AS b (READ_ONLY)")
-    problems = []
-    tables = [r[0] for r in con.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE database_name = 'a' ORDER BY table_name").fetchall()]
-    for t in tables:
-        cols = [r[0] for r in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE database_name = 'a' AND table_name = ? "
-            "ORDER BY column_index", [t]).fetchall()]
-        cols_b = [r[0] for r in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE database_name = 'b' AND table_name = ? "
-            "ORDER BY column_index", [t]).fetchall()]
-        if cols != cols_b:
-            problems.append(f"{t}: columns differ: {cols} vs {cols_b}")
-            continue
-        if t == "sources":
-            sel = "path_name, " + ", ".join(SOURCE_COLS)
-            q = {d: f"SELECT regexp_extract(path, '[^/]*$') AS path_name, * EXCLUDE (path) FROM {d}.sources"
-                 for d in "ab"}
-        elif "source_id" in cols:
-            sel = "*"
-            q = {d: f"SELECT regexp_extract(s.path, '[^/]*$') AS src, x.* EXCLUDE (source_id) FROM {d}.{t} x "
-                    f"LEFT JOIN {d}.sources s USING (source_id)" for d in "ab"}
-        else:
-            sel = "*"
-            q = {d: f"SELECT * FROM {d}.{t}" for d in "ab"}
-        n = {d: con.execute(f"SELECT count(*) FROM ({q[d]})").fetchone()[0] for d in "ab"}
-        for x, y in (("a", "b"), ("b", "a")):
-            diff = con.execute(f"SELECT {sel} FROM ({q[x]}) EXCEPT ALL SELECT {sel} FROM ({q[y]})").fetchall()
-            if diff:
-                problems.append(f"{t}: {len(diff)} row(s) only in {'reference' if x == 'a' else 'this checkout'} "
-                                f"(rows {n['a']} vs {n['b']}); first: {[str(r)[:600] for r in diff[:3]]}")
-        print(f"  {t:<16} {n['a']:>9} rows  {'same' if not any(p.startswith(t + ':') for p in problems) else 'DIFFERENT'}")
-    return problems
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ref", default="/work/main", help="the reference checkout (its .venv/bin/python is used)")
-    ap.add_argument("--dir", default="/tmp/bench-t/equiv")
-    ap.add_argument("--mb", type=float, default=4.0, help="size of the bench-style log (default 4 MB)")
-    ap.add_argument("--frame-bytes", type=int, default=0,
-                    help="frame size for both sides (default: the parser's own); e.g. 40000 for many frame edges")
-    ap.add_argument("--no-real", action="store_true", help="only the extra files (and the bench-style log)")
-    ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
-    ap.add_argument("files", nargs="*", type=Path)
-    a = ap.parse_args()
-    if a.worker:
-        _worker(a.worker[0], a.worker[1:])
-        return
-    d = Path(a.dir)
-    d.mkdir(parents=True, exist_ok=True)
-    files = [] if a.no_real else sorted((REAL / "tgi").glob("*.log"))
-    if a.mb > 0:
-        files.append(bench_style(d / "tgi_bench_style.log", a.mb))
-    files += [f.resolve() for f in a.files]
-    if a.frame_bytes:
-        os.environ["TGI_EQUIV_FRAME_BYTES"] = str(a.frame_bytes)
-    ref_py = str(Path(a.ref) / ".venv" / "bin" / "python")
-    this_py = str(ROOT / ".venv" / "bin" / "python")
-    ra = run_side(ref_py, d / "ref.duckdb", files)
-    rb = run_side(this_py, d / "this.duckdb", files)
-    print(f"reference {ra['code']} ({ra['seconds']:.1f} s) vs this checkout {rb['code']} ({rb['seconds']:.1f} s), "
-          f"{len(files)} files")
-    problems = compare(d / "ref.duckdb", d / "this.duckdb")
-    if ra["failed"] != rb["failed"]:
-        problems.append(f"failed files differ: {ra['failed']} vs {rb['failed']}")
-    for name in sorted(set(ra["notes"]) | set(rb["notes"])):
-        if ra["notes"].get(name) != rb["notes"].get(name):
-            problems.append(f"notes of {name} differ: {ra['notes'].get(name)} vs {rb['notes'].get(name)}")
-    print("notes           ", "same" if not any(p.startswith("notes") for p in problems) else "DIFFERENT")
-    for p in problems:
-        print("DIFF", p)
-    print("IDENTICAL" if not problems else f"{len(problems)} difference(s)")
-    sys.exit(1 if problems else 0)
-
-
-if __name__ == "__main__":
-    main()
