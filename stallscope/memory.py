@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import sys
 from contextlib import contextmanager
@@ -58,21 +59,28 @@ def arrow_pool():
 INGEST_DUCKDB_BYTES = 256 << 20  # DuckDB's memory_limit while sources are loaded (`store_memory`)
 
 
+_SETTING = "SELECT current_setting('memory_limit')"
+
+
+@functools.lru_cache(maxsize=1)
+def _default_limit() -> str:
+    """DuckDB's default memory_limit as a fresh database prints it (DuckDB prints a limit rounded down, so a user's
+    own value cannot be read back and set again exactly: it is left alone instead). Once per process: a fresh
+    connection costs ~30 ms, paid by every ingest otherwise."""
+    import duckdb
+
+    with duckdb.connect() as fresh:
+        return fresh.execute(_SETTING).fetchone()[0]
+
+
 class StoreMemory:
     """DuckDB's memory_limit while sources load (`store_memory`): `lift()` gives DuckDB its default back for a
     source whose own SQL needs more than the limit (an UPDATE over the rows it wrote cannot spill), `apply()`
     sets the limit again for the next one. A limit the user set on the connection is theirs: never touched."""
 
     def __init__(self, con, limit_bytes: int):
-        import duckdb
-
         self.con, self.limit_bytes = con, limit_bytes
-        setting = "SELECT current_setting('memory_limit')"
-        # The default as a fresh database prints it (DuckDB prints a limit rounded down, so a user's own value
-        # cannot be read back and set again exactly: it is left alone instead).
-        with duckdb.connect() as fresh:
-            default = fresh.execute(setting).fetchone()[0]
-        self.ours = con.execute(setting).fetchone()[0] == default
+        self.ours = con.execute(_SETTING).fetchone()[0] == _default_limit()
         self.applied = False
 
     def apply(self) -> None:

@@ -165,7 +165,10 @@ def test_analyze_finds_the_long_prefill_stalls_unchunked_and_fewer_smaller_ones_
     us, cs = ua["spikes"], ca["spikes"]
     assert us, "no stalls found in the unchunked capture"
     worst = max(us, key=lambda s: s["gap_ms"])
-    assert worst["culprits"] and worst["culprits"][0]["prompt_tokens"] == LONG
+    # The worst stall any computed work caused is a long prompt's prefill. (On an oversubscribed machine the OS
+    # can hold this process longer than a long prefill takes: such a gap has no work in it, so no culprit.)
+    worked = max((s for s in us if s["culprits"]), key=lambda s: s["gap_ms"])
+    assert worked["culprits"][0]["prompt_tokens"] == LONG
     long_culprits = {s["culprits"][0]["request_id"] for s in us if s["culprits"]
                      and s["culprits"][0]["prompt_tokens"] == LONG}
     assert len(long_culprits) >= 2          # the incident's long prompts, each named as a stall's top culprit
