@@ -45,6 +45,23 @@ def test_schema_creation_is_idempotent(tmp_path):
         assert set(TABLES) <= set(s.sql("SELECT table_name FROM information_schema.tables")["table_name"])
 
 
+def test_opening_a_store_of_an_older_schema_adds_the_new_columns(tmp_path):
+    """A store written before a column existed (here: dropped again) gets it back, empty, on open; its rows stay."""
+    import duckdb
+
+    db = tmp_path / "old.duckdb"
+    with stallscope.open(db) as s:
+        s.ingest(real(SMALL))
+        n = s.sql("SELECT count(*) FROM gpu_kernels").item()
+    with duckdb.connect(str(db)) as con:
+        con.execute("ALTER TABLE requests DROP COLUMN shared_prefix_tokens")
+        con.execute("ALTER TABLE gpu_kernels DROP COLUMN occupancy_pct")
+    with stallscope.open(db) as s:
+        cols = set(s.sql("SELECT table_name || '.' || column_name AS c FROM information_schema.columns")["c"])
+        assert {"requests.shared_prefix_tokens", "gpu_kernels.occupancy_pct"} <= cols
+        assert s.sql("SELECT count(*) FROM gpu_kernels").item() == n > 0
+
+
 def test_reingest_same_content_is_a_noop(tmp_path):
     src = tmp_path / "a.json.gz"
     shutil.copy(real(SMALL), src)
