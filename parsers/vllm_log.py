@@ -16,6 +16,7 @@ from __future__ import annotations
 import queue
 import re
 import threading
+from concurrent.futures import Future
 from typing import Iterator
 
 import numpy as np
@@ -203,7 +204,6 @@ class _Run:
         self.tz = check_zone(getattr(ctx.options, "tz", None))
         self.clock: WallClock | None = None
         self.year_note: str | None = None
-        self.last_ts: int | None = None
         self.first_ns: int | None = None
         self.last_ns: int | None = None
         self.config = ConfigCollector()
@@ -231,27 +231,64 @@ class _Run:
 
     def _run(self) -> None:
         ctx = self.ctx
-        # Each frame's lines are classified (envelope, ANSI, torn records: per line, no state) by two threads at
-        # once, ahead of the records being read here in file order.
-        frames = ordered_map(_classify, _prefetch(iter_line_frames(ctx.input)), ahead=1)
-        carry: pl.DataFrame | None = None
-        held = next(frames, None)
-        if held is None:
+        frames = _prefetch(iter_line_frames(ctx.input))
+        first = next(frames, None)
+        if first is None:
             raise InputError(f"{ctx.path}: no lines to read" + (f" ({ctx.input.cut_error})" if ctx.input.cut_error else ""))
-        while held is not None:
-            nxt = next(frames, None)
-            frame = held if carry is None else pl.concat([carry, held])
-            carry = self._frame(frame, last=nxt is None)
-            held = nxt
+        # Each frame is parsed on one of two threads (`_work`), the next one meanwhile on the other; only the
+        # hand-over from one frame to the next (the carried record, the clock) runs in file order. This thread
+        # applies the results in order: counts, the few cross-frame links, the writes.
+        for out in ordered_map(self._work, self._tasks(first, frames), ahead=1):
+            self._apply(out)
             ctx.progress(self.raw_bytes)
         self._finish()
 
-    # .. one frame ...........................................................................................
-    def _frame(self, frame: pl.DataFrame, last: bool) -> pl.DataFrame | None:
-        if frame.height == 0:
-            return None
-        df = frame  # classified by `_classify`
+    @staticmethod
+    def _tasks(held: pl.DataFrame, frames: Iterator[pl.DataFrame]) -> Iterator[tuple]:
+        """(frame, is it the last, the hand-over from the frame before, the hand-over to the next) per frame; a
+        hand-over is a Future of (carried rows, last time) that the frame before sets once it has cut its frame."""
+        prev: Future = Future()
+        prev.set_result((None, None))
+        while held is not None:
+            nxt = next(frames, None)
+            to_next: Future = Future()
+            yield held, nxt is None, prev, to_next
+            prev, held = to_next, nxt
 
+    # .. one frame ...........................................................................................
+    def _work(self, task: tuple) -> "_Out":
+        """One frame, on a worker thread: classified on its own (`_classify`); then, once the frame before has
+        handed over its carried tail and its last time, the records cut at the last record start (the rest is
+        handed to the next frame) and their times read with the file's clock, in file order; then everything
+        else, while the next frame is cut."""
+        frame, last, prev, to_next = task
+        out = _Out()
+        try:
+            df = _classify(frame)
+            carry, last_ts = prev.result()
+            df = df if carry is None else pl.concat([carry, df])
+            df, carry = self._cut(df, last)
+            ts = None if df is None else self._times(df)
+            after = last_ts
+            if ts is not None:
+                known = ts.drop_nulls()
+                if known.len():
+                    after = int(known[-1])
+            to_next.set_result((carry, after))
+        except BaseException as e:
+            if not to_next.done():
+                to_next.set_exception(e)
+            raise
+        if df is not None:
+            out.lines = df.height
+            out.raw_bytes = int(df["text"].str.len_bytes().sum()) + df.height
+            self._process(df.with_columns(ts.alias("_ts")), last_ts, out)
+        return out
+
+    def _cut(self, df: pl.DataFrame, last: bool) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+        """(the rows to parse now, the rows carried to the next frame: from the last record start on)."""
+        if df.height == 0:
+            return None, None
         carry = None
         if not last:
             cut = self._cut_index(df)
@@ -261,10 +298,7 @@ class _Run:
         if last and self.ctx.input.cut_error:
             df = df.with_columns(pl.when(pl.int_range(pl.len()) == pl.len() - 1).then(pl.lit("cut"))
                                  .otherwise(c("kind")).alias("kind"))
-        self.lines += df.height
-        self.raw_bytes += int(df["text"].str.len_bytes().sum()) + df.height
-        self._process(df)
-        return carry
+        return df, carry
 
     @staticmethod
     def _recover_torn(df: pl.DataFrame) -> pl.DataFrame:
@@ -298,20 +332,22 @@ class _Run:
         return 0 if idx is None else int(idx) + df.height - tail.height
 
     # .. the frame's records ...............................................................................
-    def _process(self, df: pl.DataFrame) -> None:
-        ctx = self.ctx
+    def _process(self, df: pl.DataFrame, last_ts: int | None, out: "_Out") -> None:
+        """The frame's records (with `_ts`, their own times) into `out`: rows per table, counts; `last_ts` is the
+        time of the last timed line before the frame (inherited by its first untimed lines)."""
         df = df.with_columns(pl.lit(1, pl.Int32).alias("nlines"))
         dedup = df["msg"].str.contains("across cluster]", literal=True)
         if dedup.any():
             n = df.filter(dedup).select(X.dedup_count(c("msg"))).to_series().drop_nulls()
-            self.dedup[0] += n.len()
-            self.dedup[1] += int(n.sum())
+            out.dedup[0] += n.len()
+            out.dedup[1] += int(n.sum())
             df = _patch(df, dedup, "msg", X.strip_dedup(c("msg")))
         df = df.with_columns(_noise(df))
         df = self._join_wrapped(df)
         df = _tracebacks(df)
         df = _python_warning_tails(df)
-        df = df.with_columns(self._timestamps(df).alias("ts_ns"))
+        ts = c("_ts").forward_fill()
+        df = df.with_columns((ts if last_ts is None else ts.fill_null(last_ts)).alias("ts_ns")).drop("_ts")
 
         member = c("tb_event").is_not_null()
         is_rec = c("kind").is_in(["rec", "ks"]) & ~member
@@ -326,30 +362,60 @@ class _Run:
         df = df.with_columns(tag.alias("tag"),
                              pl.coalesce(c("level"), c("klevel"), c("rlevel"), c("ulevel")).alias("lvl"))
 
-        pch = self._after_stats(df)
-        unused = [self._stats(df.filter(c("tag") == "stats")), self._prefix_hits(pch),
-                  self._received(df.filter(c("tag") == "recv")), self._lifecycle(df.filter(c("tag") == "life"))]
+        self._after_stats(df, out)
+        unused = [self._stats(df.filter(c("tag") == "stats"), out), self._prefix_hits(out),
+                  self._received(df.filter(c("tag") == "recv"), out), self._lifecycle(df.filter(c("tag") == "life"), out)]
         unused = [u for u in unused if u is not None and u.len()]
         unused_lines = pl.concat(unused) if unused else pl.Series("line_no", [], pl.Int64)
         msgs = df.filter((c("tag") == "msg") | c("line_no").is_in(unused_lines.implode()) | c("kind").is_in(["uvi", "ray"])
                          & ~member)
-        self._messages(msgs)
-        self._traceback_events(df.filter(member))
+        self._messages(msgs, out)
+        self._traceback_events(df.filter(member), out)
 
         other = (c("kind") == "other") & ~member
         noise = df.filter(other & c("noise").is_not_null())
         for name, n in noise.group_by("noise").agg(c("nlines").sum()).iter_rows():
-            self.noise[name] = self.noise.get(name, 0) + int(n)
-        ctx.counts.skipped += int(noise["nlines"].sum())
+            out.noise[name] = out.noise.get(name, 0) + int(n)
+        out.skipped += int(noise["nlines"].sum())
         parsed = df.filter(~other & (c("kind") != "cut"))
-        ctx.counts.parsed += int(parsed["nlines"].sum())
-        self.bad_utf8_kept += int(parsed["bad_utf8"].sum())
+        out.parsed += int(parsed["nlines"].sum())
+        out.bad_utf8 += int(parsed["bad_utf8"].sum())
         ts = parsed["ts_ns"].drop_nulls()
         if ts.len():
-            lo, hi = int(ts.min()), int(ts.max())
-            self.first_ns = lo if self.first_ns is None else min(self.first_ns, lo)
-            self.last_ns = hi if self.last_ns is None else max(self.last_ns, hi)
-        self._rejects(df.filter((other & c("noise").is_null()) | (c("kind") == "cut")))
+            out.lo, out.hi = int(ts.min()), int(ts.max())
+        self._rejects(df.filter((other & c("noise").is_null()) | (c("kind") == "cut")), out)
+
+    def _apply(self, out: "_Out") -> None:
+        """A frame's results, in file order: the counts, the V0 prefix-cache lines' stats rows (their stream's
+        previous record may be in an earlier frame), the config lines, the rows to write."""
+        ctx = self.ctx
+        self.lines += out.lines
+        self.raw_bytes += out.raw_bytes
+        self.dedup[0] += out.dedup[0]
+        self.dedup[1] += out.dedup[1]
+        for name, n in out.noise.items():
+            self.noise[name] = self.noise.get(name, 0) + n
+        ctx.counts.skipped += out.skipped
+        ctx.counts.parsed += out.parsed
+        self.bad_utf8_kept += out.bad_utf8
+        if out.lo is not None:
+            self.first_ns = out.lo if self.first_ns is None else min(self.first_ns, out.lo)
+            self.last_ns = out.hi if self.last_ns is None else max(self.last_ns, out.hi)
+        for k in self.saw_stats:
+            self.saw_stats[k] += out.saw[k]
+        self.suffixed = self.suffixed or out.suffixed
+        if out.pch is not None:
+            self._fold_lines(out.pch)
+        if out.last is not None:
+            for k, tag, line, ts in out.last.iter_rows():
+                self.last_rec[k] = (k, tag, line, ts)
+        if out.cfg is not None:
+            self.config.add(out.cfg)
+        for keys, reqs in out.keys:
+            self.prefix_keys.append(keys)
+            self.prefix_reqs.append(reqs)
+        for table, rows in out.emits:
+            self._emit(table, rows)
 
     def _join_wrapped(self, df: pl.DataFrame) -> pl.DataFrame:
         """Join the pieces of lines hard-wrapped by a terminal copy to their record.
@@ -391,9 +457,10 @@ class _Run:
         keep = pl.repeat(True, df.height, eager=True).scatter(piece_idx, False)
         return df.with_columns(msg, nlines).filter(keep)
 
-    def _timestamps(self, df: pl.DataFrame) -> pl.Series:
-        """ts_ns of every row: vLLM records through the WallClock, Ray/KServe records from their full dates, the
-        rest (uvicorn, tracebacks, noise) inherit the previous timed record's time."""
+    def _times(self, df: pl.DataFrame) -> pl.Series:
+        """The time of every row that has its own (NULL for the others): vLLM records through the WallClock,
+        Ray/KServe records from their full dates. The rest (uvicorn, tracebacks, noise) inherit the previous timed
+        record's time (`_process`). In file order: the clock's year and roll-over run on from frame to frame."""
         t = df.select(
             c("md").str.slice(0, 2).cast(pl.Int64, strict=False).alias("mo"),
             c("md").str.slice(3, 2).cast(pl.Int64, strict=False).alias("d"),
@@ -415,13 +482,7 @@ class _Run:
                            (("y", 0, 4), ("mo", 5, 2), ("d", 8, 2), ("h", 11, 2), ("mi", 14, 2), ("s", 17, 2))],
                          c("fms").cast(pl.Int64, strict=False).alias("ms"))
             fts = full_date_ns(f, "y", "mo", "d", "h", "mi", "s", "ms", self.tz)
-        ts = vts.fill_null(fts)
-        filled = ts.forward_fill()
-        if self.last_ts is not None:
-            filled = filled.fill_null(self.last_ts)
-        if filled.len() and filled[-1] is not None:
-            self.last_ts = int(filled[-1])
-        return filled
+        return vts.fill_null(fts)
 
     def _choose_year(self, t: pl.DataFrame) -> None:
         r = t.filter(c("mo").is_not_null()).row(0, named=True)
@@ -448,7 +509,7 @@ class _Run:
         self.year_note = note
 
     # .. writers ...........................................................................................
-    def _stats(self, sub: pl.DataFrame) -> pl.Series | None:
+    def _stats(self, sub: pl.DataFrame, out: "_Out") -> pl.Series | None:
         if sub.height == 0:
             return None
         base = [c("line_no"), c("ts_ns"), c("process")]
@@ -458,13 +519,13 @@ class _Run:
         g1 = rest.select(*base, c("msg").str.extract_groups(P.STATS_V1.regex).alias("g")).unnest("g")
         v1 = g1.filter(c("prompt").is_not_null())
         if v0.height:
-            self._emit("engine_stats", v0.select(
+            out.emit("engine_stats", v0.select(
                 *base, _num(c("prompt")).alias("prompt_throughput_tps"), _num(c("gen")).alias("generation_throughput_tps"),
                 _int(c("running")).alias("running_reqs"), _int(c("swapped")).alias("swapped_reqs"),
                 _int(c("pending")).alias("waiting_reqs"), _num(c("gpu_kv")).alias("gpu_kv_cache_usage_pct"),
                 _num(c("cpu_kv")).alias("cpu_kv_cache_usage_pct")))
         if v1.height:
-            self._emit("engine_stats", v1.select(
+            out.emit("engine_stats", v1.select(
                 *base, _int(c("engine")).alias("engine_index"), _int(c("n_engines")).alias("engines_aggregated"),
                 _num(c("prompt")).alias("prompt_throughput_tps"), _num(c("gen")).alias("generation_throughput_tps"),
                 _int(c("running")).alias("running_reqs"), _int(c("waiting")).alias("waiting_reqs"),
@@ -473,52 +534,48 @@ class _Run:
                 _int(c("corrupted")).alias("corrupted_reqs"),
                 _num(c("ext_hit")).alias("external_prefix_cache_hit_rate_pct"),
                 _num(c("mm_hit")).alias("mm_cache_hit_rate_pct")))
-        self.saw_stats["V0"] += v0.height
-        self.saw_stats["V1"] += v1.height
+        out.saw["V0"] += v0.height
+        out.saw["V1"] += v1.height
         return g1.filter(c("prompt").is_null())["line_no"]
 
-    def _after_stats(self, df: pl.DataFrame) -> pl.DataFrame:
-        """The V0 `Prefix cache hit rate: GPU: …` records of the frame, each with `stats_line`: the line of the stats
-        record it belongs to (NULL when there is none). V0's stat logger prints it right after the stats line, so
-        that is the previous record of the same process stream, within a second of it (same second but for a
-        tick between the two calls). The previous record of a stream's first record in the frame comes from the
-        frame before (`self.last_rec`)."""
+    def _after_stats(self, df: pl.DataFrame, out: "_Out") -> None:
+        """The V0 `Prefix cache hit rate: GPU: …` records of the frame (`out.pch`), each with the previous record of
+        its process stream (`_ptag`, `_pline_no`, `_pts_ns`): V0's stat logger prints it right after the stats line,
+        so that is the stats record it belongs to (`_fold_lines`). A stream's first record in the frame has its
+        previous one in the frame before: `out.last` holds the last record of each stream for the next frame."""
         recs = df.filter(c("tag").is_not_null()).select(
             "line_no", "ts_ns", "tag", "msg", "process", c("process").fill_null("").alias("_k"))
-        if recs.height == 0 or not (recs["tag"] == "pch").any():
-            if recs.height:
-                self._remember_last(recs)
-            return recs.head(0).with_columns(pl.lit(None, pl.Int64).alias("stats_line"))
-        prev = recs.with_columns(*[c(k).shift(1).over("_k").alias(f"_p{k}") for k in ("tag", "line_no", "ts_ns")])
+        if recs.height == 0:
+            return
+        out.last = recs.group_by("_k").agg(c("tag").last(), c("line_no").last(), c("ts_ns").last())
+        if (recs["tag"] == "pch").any():
+            out.pch = (recs.with_columns(*[c(k).shift(1).over("_k").alias(f"_p{k}") for k in ("tag", "line_no", "ts_ns")])
+                       .filter(c("tag") == "pch").drop("tag"))
+
+    def _prefix_hits(self, out: "_Out") -> pl.Series | None:
+        """V0 prefix-cache lines: their numbers go into the stats row they follow (folded at the end, once every
+        stats row is in); one without a stats line before it keeps a row of its own."""
+        if out.pch is None:
+            return None
+        g = out.pch.with_columns(c("msg").str.extract_groups(P.PREFIX_HIT_V0.regex).alias("g")).unnest("g")
+        out.pch = g.filter(c("gpu").is_not_null()).drop("msg")
+        return g.filter(c("gpu").is_null())["line_no"]
+
+    def _fold_lines(self, pch: pl.DataFrame) -> None:
+        """The stats line each V0 prefix-cache line belongs to (`stats_line`, NULL when there is none): the previous
+        record of its stream (from an earlier frame for a stream's first record in a frame, `self.last_rec`) when
+        that is a stats record within a second before it (same second but for a tick between the two calls)."""
+        if pch.height == 0:
+            return
         if self.last_rec:
             before = pl.DataFrame(list(self.last_rec.values()), orient="row",
                                   schema={"_k": pl.String, "_btag": pl.String, "_bline_no": pl.Int64, "_bts_ns": pl.Int64})
-            prev = prev.join(before, on="_k", how="left", maintain_order="left").with_columns(
+            pch = pch.join(before, on="_k", how="left", maintain_order="left").with_columns(
                 *[pl.coalesce(c(f"_p{k}"), c(f"_b{k}")).alias(f"_p{k}") for k in ("tag", "line_no", "ts_ns")])
-        self._remember_last(recs)
         fold = ((c("_ptag") == "stats") & (c("ts_ns") - c("_pts_ns")).is_between(0, NS_PER_S))
-        return prev.filter(c("tag") == "pch").select(
-            "line_no", "ts_ns", "msg", "process", pl.when(fold).then(c("_pline_no")).alias("stats_line"))
-
-    def _remember_last(self, recs: pl.DataFrame) -> None:
-        """The last record of each process stream in this frame (a log has a handful of streams)."""
-        last = recs.group_by("_k").agg(c("tag").last(), c("line_no").last(), c("ts_ns").last())
-        for k, tag, line, ts in last.iter_rows():
-            self.last_rec[k] = (k, tag, line, ts)
-
-    def _prefix_hits(self, sub: pl.DataFrame) -> pl.Series | None:
-        """V0 prefix-cache lines: their numbers go into the stats row they follow (folded at the end, once every
-        stats row is in); one without a stats line before it keeps a row of its own."""
-        if sub.height == 0:
-            return None
-        g = (sub.select(c("line_no"), c("ts_ns"), c("process"), c("stats_line"),
-                        c("msg").str.extract_groups(P.PREFIX_HIT_V0.regex).alias("g")).unnest("g"))
-        ok = g.filter(c("gpu").is_not_null()).select(
-            c("line_no"), c("ts_ns"), c("process"), c("stats_line"), _num(c("gpu")).alias("prefix_cache_hit_rate_pct"),
-            _num(c("cpu")).alias("cpu_prefix_cache_hit_rate_pct"))
-        if ok.height:
-            self.folds.append(ok)
-        return g.filter(c("gpu").is_null())["line_no"]
+        self.folds.append(pch.select(
+            c("line_no"), c("ts_ns"), c("process"), pl.when(fold).then(c("_pline_no")).alias("stats_line"),
+            _num(c("gpu")).alias("prefix_cache_hit_rate_pct"), _num(c("cpu")).alias("cpu_prefix_cache_hit_rate_pct")))
 
     def _fold_prefix_hits(self) -> None:
         """One engine_stats row per V0 interval: each prefix-cache line's numbers set on its stats row; a line whose
@@ -540,7 +597,7 @@ class _Run:
             self.ctx.write("engine_stats", own)
         self.folded_own = own.num_rows
 
-    def _received(self, sub: pl.DataFrame) -> pl.Series | None:
+    def _received(self, sub: pl.DataFrame, out: "_Out") -> pl.Series | None:
         """Received lines: id, prompt length (number of prompt_token_ids), sampling params, max_tokens.
 
         `_classify` read them already on the worker threads (`_received_fields`); a line whose message changed
@@ -556,44 +613,21 @@ class _Run:
                                                                     on="line_no", how="left", maintain_order="left")
                            .select(g.columns)]).sort("line_no")
         ok = g.filter(c("request_id").is_not_null())
-        self._emit("request_events", ok.select(c("line_no"), c("request_id"), pl.lit("received").alias("event"),
+        out.emit("request_events", ok.select(c("line_no"), c("request_id"), pl.lit("received").alias("event"),
                                                    c("ts_ns")))
         blk = ok.filter(c("_blk").is_not_null())
         if blk.height:
-            self._prompt_blocks(blk["line_no"], blk["request_id"], blk["_blk"].explode().to_numpy(),
-                                blk["_blk"].list.len().to_numpy().astype(np.int64))
+            _prompt_blocks(blk["line_no"], blk["request_id"], blk["_blk"].explode().to_numpy(),
+                           blk["_blk"].list.len().to_numpy().astype(np.int64), out)
         # The request row itself, written now (its params are most of its bytes); finish time, status and
         # request_index come from the lifecycle events at the end of the file.
         endpoint = (pl.when(c("request_id").str.starts_with("chatcmpl-")).then(pl.lit("chat_completions"))
                     .when(c("request_id").str.starts_with("cmpl-")).then(pl.lit("completions")))
-        self._emit("requests", ok.select(
+        out.emit("requests", ok.select(
             c("line_no"), c("request_id"), c("request_id").alias("server_request_id"), pl.lit("vllm").alias("engine"),
             pl.lit("server").alias("kind"), c("ts_ns").alias("arrival_ns"), c("prompt_tokens"), c("max_tokens"),
             endpoint.alias("endpoint"), c("params")))
         return g.filter(c("request_id").is_null())["line_no"]
-
-    def _prompt_blocks(self, line_no: pl.Series, request_id: pl.Series, h: np.ndarray, nb: np.ndarray) -> None:
-        """Chain keys of each prompt's whole 16-token blocks (vLLM's default KV block), for `shared_prefix_tokens`:
-        block j's key sums the hashes of every block up to j, each first mixed with its position (a plain sum would
-        give [A, B] and [B, A] one key), and is mixed with j, so equal keys mean equal prefixes. `h` holds every
-        prompt's block hashes one after another, `nb` how many each prompt has."""
-        keep = nb > 0
-        if not keep.any():
-            return
-        nb = nb[keep]
-        first_blk = np.concatenate(([0], np.cumsum(nb)[:-1]))
-        b = np.arange(int(nb.sum()), dtype=np.int64) - np.repeat(first_blk, nb)
-        with np.errstate(over="ignore"):
-            at = _mix64(h ^ ((b.astype(np.uint64) + np.uint64(1)) * np.uint64(0xC2B2AE3D27D4EB4F)))
-            chain = np.cumsum(at, dtype=np.uint64)
-            # the chain up to each prompt's start
-            before = np.repeat(np.concatenate((np.zeros(1, np.uint64), chain))[first_blk], nb)
-            key = _mix64((chain - before) ^ (b.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)))
-        kept = pl.Series(keep)
-        self.prefix_keys.append(pa.table({
-            "line_no": np.repeat(line_no.filter(kept).to_numpy(), nb), "key": key.view(np.int64)}))
-        self.prefix_reqs.append(pl.DataFrame({"line_no": line_no.filter(kept),
-                                              "request_id": request_id.filter(kept)}).to_arrow())
 
     def _shared_prefixes(self) -> None:
         """requests.shared_prefix_tokens: whole blocks each prompt shares with a prompt received before it."""
@@ -617,7 +651,7 @@ class _Run:
         finally:
             self.con.unregister("_vllm_prefix_counts")
 
-    def _lifecycle(self, sub: pl.DataFrame) -> pl.Series | None:
+    def _lifecycle(self, sub: pl.DataFrame, out: "_Out") -> pl.Series | None:
         """Added / Finished / Aborted lines. The id is cut at the fixed offset after the verb; a line where that
         does not give one clean id goes through the `lifecycle` regex instead (and, failing that, is a message)."""
         if sub.height == 0:
@@ -636,11 +670,11 @@ class _Run:
             g = g.with_columns(pl.when(clean).then(c("rid")).otherwise(rx["rid"]).alias("rid"),
                                pl.when(clean).then(c("event")).otherwise(rx["event"].str.to_lowercase()).alias("event"))
         ok = g.filter(c("rid").is_not_null())
-        self.suffixed = self.suffixed or bool(ok["rid"].str.contains(P.ENGINE_SUFFIX.regex).any())
-        self._emit("request_events", ok.select(c("line_no"), c("rid").alias("request_id"), c("event"), c("ts_ns")))
+        out.suffixed = out.suffixed or bool(ok["rid"].str.contains(P.ENGINE_SUFFIX.regex).any())
+        out.emit("request_events", ok.select(c("line_no"), c("rid").alias("request_id"), c("event"), c("ts_ns")))
         return g.filter(c("rid").is_null())["line_no"]
 
-    def _messages(self, rows: pl.DataFrame) -> None:
+    def _messages(self, rows: pl.DataFrame, out: "_Out") -> None:
         if rows.height == 0:
             return
         m = c("msg")
@@ -650,7 +684,7 @@ class _Run:
             | starts("GPU KV cache size: ") | starts("# ") | starts("Using max model len") | starts("args: Namespace(")
             | starts("non-default args: ") | m.str.contains("num_gpu_blocks is", literal=True))
         rows = rows.with_columns(is_cfg.alias("_cfg"))
-        self.config.add(rows.filter(c("_cfg")).select("line_no", "msg"))
+        out.cfg = rows.filter(c("_cfg")).select("line_no", "msg")
         rows = rows.with_columns(_access(rows))
         lvl = c("lvl")
         kind = (pl.when(c("method").is_not_null()).then(pl.lit("access"))
@@ -658,12 +692,12 @@ class _Run:
                 .when(lvl == "WARNING").then(pl.lit("warning"))
                 .when(c("_cfg")).then(pl.lit("startup"))
                 .otherwise(pl.lit("message")))
-        self._emit("log_events", rows.select(
+        out.emit("log_events", rows.select(
             c("line_no"), c("nlines").alias("line_count"), c("ts_ns"), lvl.alias("level"), c("process"),
             kind.alias("kind"), m.str.slice(0, MSG_MAX).alias("message"), c("method").alias("http_method"),
             c("path").alias("http_path"), _int(c("status")).cast(pl.Int32).alias("http_status")))
 
-    def _traceback_events(self, rows: pl.DataFrame) -> None:
+    def _traceback_events(self, rows: pl.DataFrame, out: "_Out") -> None:
         if rows.height == 0:
             return
         ev = (rows.group_by("tb_event", maintain_order=True).agg(
@@ -671,11 +705,11 @@ class _Run:
             c("lvl").drop_nulls().first().alias("level"), c("process").drop_nulls().first(),
             c("msg").filter(c("_fx")).last().alias("exc"), c("msg").str.join("\n").alias("text")))
         msg = pl.when(c("exc").is_not_null()).then(pl.concat_str([c("exc"), pl.lit("\n"), c("text")])).otherwise(c("text"))
-        self._emit("log_events", ev.select(
+        out.emit("log_events", ev.select(
             c("line_no"), c("line_count").cast(pl.Int32), c("ts_ns"), pl.coalesce(c("level"), pl.lit("ERROR")).alias("level"),
             c("process"), pl.lit("traceback").alias("kind"), msg.str.slice(0, MSG_MAX).alias("message")))
 
-    def _rejects(self, rows: pl.DataFrame) -> None:
+    def _rejects(self, rows: pl.DataFrame, out: "_Out") -> None:
         if rows.height == 0:
             return
         cut = self.ctx.input.cut_error or ""
@@ -690,17 +724,14 @@ class _Run:
                       "torn fragment: a few characters of an interleaved write"))
                   .otherwise(pl.lit("unrecognised line: no vLLM, uvicorn or Ray envelope and not known noise "
                                     "(torn write or foreign output)")))
-        self._emit("rejects", rows.select(c("line_no"), reason.alias("reason"), c("text").str.slice(0, 2048).alias("raw")))
+        out.emit("rejects", rows.select(c("line_no"), reason.alias("reason"), c("text").str.slice(0, 2048).alias("raw")))
 
     # .. buffered writes ...................................................................................
-    def _emit(self, table: str, rows: pl.DataFrame) -> None:
+    def _emit(self, table: str, rows: pa.Table) -> None:
         """Queue rows for `table`; they go to DuckDB in batches of about FLUSH_ROWS, from the writer thread (one
         INSERT per batch instead of one per frame and kind; memory stays bounded; parsing goes on meanwhile)."""
-        if rows.height == 0:
-            return
-        # As Arrow: a compact copy, so the queued rows do not keep whole 32 MB frames alive through string views.
         buf = self.buffers.setdefault(table, [])
-        buf.append(rows.to_arrow())
+        buf.append(rows)
         if sum(b.num_rows for b in buf) >= FLUSH_ROWS:
             self._flush(table)
 
@@ -789,6 +820,29 @@ class _Run:
 
 
 # -- Received lines (pure functions of their rows) ----------------------------------------------------------
+
+def _prompt_blocks(line_no: pl.Series, request_id: pl.Series, h: np.ndarray, nb: np.ndarray, out: "_Out") -> None:
+    """Chain keys of each prompt's whole 16-token blocks (vLLM's default KV block), for `shared_prefix_tokens`:
+    block j's key sums the hashes of every block up to j, each first mixed with its position (a plain sum would
+    give [A, B] and [B, A] one key), and is mixed with j, so equal keys mean equal prefixes. `h` holds every
+    prompt's block hashes one after another, `nb` how many each prompt has."""
+    keep = nb > 0
+    if not keep.any():
+        return
+    nb = nb[keep]
+    first_blk = np.concatenate(([0], np.cumsum(nb)[:-1]))
+    b = np.arange(int(nb.sum()), dtype=np.int64) - np.repeat(first_blk, nb)
+    with np.errstate(over="ignore"):
+        at = _mix64(h ^ ((b.astype(np.uint64) + np.uint64(1)) * np.uint64(0xC2B2AE3D27D4EB4F)))
+        chain = np.cumsum(at, dtype=np.uint64)
+        # the chain up to each prompt's start
+        before = np.repeat(np.concatenate((np.zeros(1, np.uint64), chain))[first_blk], nb)
+        key = _mix64((chain - before) ^ (b.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)))
+    kept = pl.Series(keep)
+    out.keys.append((pa.table({"line_no": np.repeat(line_no.filter(kept).to_numpy(), nb), "key": key.view(np.int64)}),
+                     pl.DataFrame({"line_no": line_no.filter(kept), "request_id": request_id.filter(kept)}).to_arrow()))
+
+
 
 _RECV_LOCK = threading.Lock()
 _RECV_COLS = {"request_id": pl.String, "params": pl.String, "prompt_tokens": pl.Int32, "max_tokens": pl.Int32,
@@ -1035,6 +1089,30 @@ def _patch(df: pl.DataFrame, mask: pl.Series, col: str, expr: pl.Expr) -> pl.Dat
         return df
     new = df.select(col).gather(idx).select(expr).to_series()
     return df.with_columns(df[col].scatter(idx, new))
+
+
+class _Out:
+    """What one frame's parse hands to the file's run (`_Run._apply`): rows per table in the order written, counts,
+    and the parts that link to other frames."""
+
+    def __init__(self):
+        self.emits: list[tuple[str, pa.Table]] = []
+        self.lines = self.raw_bytes = self.parsed = self.skipped = self.bad_utf8 = 0
+        self.noise: dict[str, int] = {}
+        self.dedup = [0, 0]
+        self.lo: int | None = None  # earliest and latest time of the parsed lines
+        self.hi: int | None = None
+        self.saw = {"V0": 0, "V1": 0}
+        self.suffixed = False
+        self.pch: pl.DataFrame | None = None   # V0 prefix-cache lines with their stream's previous record
+        self.last: pl.DataFrame | None = None  # the last record of each process stream
+        self.cfg: pl.DataFrame | None = None   # config lines (line_no, msg)
+        self.keys: list[tuple[pa.Table, pa.Table]] = []  # prompt-block keys and (line_no, request_id)
+
+    def emit(self, table: str, rows: pl.DataFrame) -> None:
+        # As Arrow: a compact copy, so the queued rows do not keep whole frames alive through string views.
+        if rows.height:
+            self.emits.append((table, rows.to_arrow()))
 
 
 class _Writer:
