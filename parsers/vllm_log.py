@@ -128,6 +128,7 @@ VERSION = "1.1"  # 1.1: prompt-block chain keys depend on block order (shared_pr
 MSG_MAX = 4096  # characters of a message kept in log_events
 NS_PER_S = 1_000_000_000
 FLUSH_ROWS = 250_000  # rows per table buffered before an INSERT
+FLUSH_BYTES = 16 << 20  # or this many bytes of them (a request row holds its sampling params: ~600 bytes)
 
 c = pl.col
 _ENV_FIELDS = ("level", "md", "hms", "ms", "env")
@@ -728,11 +729,11 @@ class _Run:
 
     # .. buffered writes ...................................................................................
     def _emit(self, table: str, rows: pa.Table) -> None:
-        """Queue rows for `table`; they go to DuckDB in batches of about FLUSH_ROWS, from the writer thread (one
+        """Queue rows for `table`; they go to DuckDB in batches of about FLUSH_ROWS or FLUSH_BYTES, from the writer thread (one
         INSERT per batch instead of one per frame and kind; memory stays bounded; parsing goes on meanwhile)."""
         buf = self.buffers.setdefault(table, [])
         buf.append(rows)
-        if sum(b.num_rows for b in buf) >= FLUSH_ROWS:
+        if sum(b.num_rows for b in buf) >= FLUSH_ROWS or sum(b.nbytes for b in buf) >= FLUSH_BYTES:
             self._flush(table)
 
     def _flush(self, table: str | None = None) -> None:
