@@ -461,35 +461,51 @@ class _Run:
     def _times(self, df: pl.DataFrame) -> pl.Series:
         """The time of every row that has its own (NULL for the others): vLLM records through the WallClock,
         Ray/KServe records from their full dates. The rest (uvicorn, tracebacks, noise) inherit the previous timed
-        record's time (`_process`). In file order: the clock's year and roll-over run on from frame to frame."""
-        t = df.select(
-            c("md").str.slice(0, 2).cast(pl.Int64, strict=False).alias("mo"),
-            c("md").str.slice(3, 2).cast(pl.Int64, strict=False).alias("d"),
-            c("hms").str.slice(0, 2).cast(pl.Int64, strict=False).alias("h"),
-            c("hms").str.slice(3, 2).cast(pl.Int64, strict=False).alias("mi"),
-            c("hms").str.slice(6, 2).cast(pl.Int64, strict=False).alias("s"),
-            c("ms").cast(pl.Int64, strict=False).alias("ms"),
-            pl.coalesce(c("rdate"), c("wdate")).alias("fd"), pl.coalesce(c("rms"), c("wms")).alias("fms"),
-            c("line_no"), c("kind"))
-        if self.clock is None and t["mo"].is_not_null().any():
-            self._choose_year(t)
-        if self.clock is not None:
-            vts = self.clock.epoch_ns(t, "mo", "d", "h", "mi", "s", "ms")
-        else:
-            vts = pl.repeat(None, t.height, dtype=pl.Int64, eager=True)
-        fts = pl.repeat(None, t.height, dtype=pl.Int64, eager=True)
-        if t["fd"].is_not_null().any():
-            f = t.select(*[c("fd").str.slice(a, n).cast(pl.Int64, strict=False).alias(k) for k, a, n in
-                           (("y", 0, 4), ("mo", 5, 2), ("d", 8, 2), ("h", 11, 2), ("mi", 14, 2), ("s", 17, 2))],
-                         c("fms").cast(pl.Int64, strict=False).alias("ms"))
-            fts = full_date_ns(f, "y", "mo", "d", "h", "mi", "s", "ms", self.tz)
+        record's time (`_process`). In file order: the clock's year and roll-over run on from frame to frame.
+
+        A frame's vLLM records are mostly runs of lines of the same second, so the clock reads the first line of
+        each run of equal `MM-DD HH:MM:SS[.mmm]` only (a repeated time is no step for its roll-over) and the
+        others take their run's time; full dates are read on their own rows only."""
+        n = df.height
+        timed = df["md"].is_not_null()
+        vts = pl.repeat(None, n, dtype=pl.Int64, eager=True)
+        fts = vts
+        if timed.any():
+            at = timed.arg_true()
+            k = df.select("md", "hms", "ms").filter(timed)
+            new_run = ((c("md") != c("md").shift(1)) | c("hms").ne_missing(c("hms").shift(1))
+                       | c("ms").ne_missing(c("ms").shift(1))).fill_null(True)
+            k = k.with_columns(new_run.alias("_new"), at.alias("_at"))
+            run = k["_new"].cum_sum() - 1
+            first = k.filter(c("_new"))
+            t = first.select(
+                c("md").str.slice(0, 2).cast(pl.Int64, strict=False).alias("mo"),
+                c("md").str.slice(3, 2).cast(pl.Int64, strict=False).alias("d"),
+                c("hms").str.slice(0, 2).cast(pl.Int64, strict=False).alias("h"),
+                c("hms").str.slice(3, 2).cast(pl.Int64, strict=False).alias("mi"),
+                c("hms").str.slice(6, 2).cast(pl.Int64, strict=False).alias("s"),
+                c("ms").cast(pl.Int64, strict=False).alias("ms"))
+            if self.clock is None and t["mo"].is_not_null().any():
+                self._choose_year(t, df)
+            if self.clock is not None:
+                vts = vts.scatter(at, self.clock.epoch_ns(t, "mo", "d", "h", "mi", "s", "ms").gather(run))
+        fd = df.select(pl.coalesce(c("rdate"), c("wdate")).alias("fd"), pl.coalesce(c("rms"), c("wms")).alias("fms"))
+        full = fd["fd"].is_not_null()
+        if full.any():
+            f = fd.filter(full).select(
+                *[c("fd").str.slice(a, n).cast(pl.Int64, strict=False).alias(k) for k, a, n in
+                  (("y", 0, 4), ("mo", 5, 2), ("d", 8, 2), ("h", 11, 2), ("mi", 14, 2), ("s", 17, 2))],
+                c("fms").cast(pl.Int64, strict=False).alias("ms"))
+            fts = fts.scatter(full.arg_true(), full_date_ns(f, "y", "mo", "d", "h", "mi", "s", "ms", self.tz))
         return vts.fill_null(fts)
 
-    def _choose_year(self, t: pl.DataFrame) -> None:
+    def _choose_year(self, t: pl.DataFrame, df: pl.DataFrame) -> None:
+        """The clock's year, from the first MM-DD time of the file (the first row of `t` with a month) and the
+        first full date of its frame `df` when there is one (else --year, other sources, the file's time)."""
         r = t.filter(c("mo").is_not_null()).row(0, named=True)
         first = Local(r["mo"], r["d"], r["h"] or 0, r["mi"] or 0, r["s"] or 0)
         in_file = None
-        full = t.filter(c("fd").is_not_null())
+        full = df.select(pl.coalesce(c("rdate"), c("wdate")).alias("fd"), "line_no", "kind").filter(c("fd").is_not_null())
         if full.height:
             fr = full.row(0, named=True)
             fd = fr["fd"]
