@@ -337,7 +337,8 @@ class _Run:
         """The frame's records (with `_ts`, their own times) into `out`: rows per table, counts; `last_ts` is the
         time of the last timed line before the frame (inherited by its first untimed lines)."""
         df = df.with_columns(pl.lit(1, pl.Int32).alias("nlines"))
-        dedup = df["msg"].str.contains("across cluster]", literal=True)
+        dedup = df["_dd"]
+        df = df.drop("_dd")
         if dedup.any():
             n = df.filter(dedup).select(X.dedup_count(c("msg"))).to_series().drop_nulls()
             out.dedup[0] += n.len()
@@ -364,27 +365,34 @@ class _Run:
                              pl.coalesce(c("level"), c("klevel"), c("rlevel"), c("ulevel")).alias("lvl"))
 
         self._after_stats(df, out)
-        unused = [self._stats(df.filter(c("tag") == "stats"), out), self._prefix_hits(out),
-                  self._received(df.filter(c("tag") == "recv"), out), self._lifecycle(df.filter(c("tag") == "life"), out)]
+        rec = ["line_no", "ts_ns", "process", "msg"]
+        recv = ["line_no", "ts_ns", "msg", "nlines", "_pre", *[f"_r_{k}" for k in _RECV_COLS]]
+        unused = [self._stats(df.select(*rec, "tag").filter(c("tag") == "stats"), out), self._prefix_hits(out),
+                  self._received(df.select(*recv, "tag").filter(c("tag") == "recv"), out),
+                  self._lifecycle(df.select(*rec, "tag").filter(c("tag") == "life"), out)]
         unused = [u for u in unused if u is not None and u.len()]
         unused_lines = pl.concat(unused) if unused else pl.Series("line_no", [], pl.Int64)
-        msgs = df.filter((c("tag") == "msg") | c("line_no").is_in(unused_lines.implode()) | c("kind").is_in(["uvi", "ray"])
-                         & ~member)
+        msg_cols = ["line_no", "nlines", "ts_ns", "lvl", "process", "kind", "msg"]
+        msgs = df.select(*msg_cols, "tag", "tb_event").filter(
+            (c("tag") == "msg") | c("line_no").is_in(unused_lines.implode()) | c("kind").is_in(["uvi", "ray"]) & ~member)
         self._messages(msgs, out)
-        self._traceback_events(df.filter(member), out)
+        if df["tb_event"].is_not_null().any():
+            self._traceback_events(df.select(*msg_cols, "tb_event", "_fx").filter(member), out)
 
         other = (c("kind") == "other") & ~member
-        noise = df.filter(other & c("noise").is_not_null())
+        noise = df.select("noise", "nlines", "kind", "tb_event").filter(other & c("noise").is_not_null())
         for name, n in noise.group_by("noise").agg(c("nlines").sum()).iter_rows():
             out.noise[name] = out.noise.get(name, 0) + int(n)
         out.skipped += int(noise["nlines"].sum())
-        parsed = df.filter(~other & (c("kind") != "cut"))
-        out.parsed += int(parsed["nlines"].sum())
-        out.bad_utf8 += int(parsed["bad_utf8"].sum())
-        ts = parsed["ts_ns"].drop_nulls()
-        if ts.len():
-            out.lo, out.hi = int(ts.min()), int(ts.max())
-        self._rejects(df.filter((other & c("noise").is_null()) | (c("kind") == "cut")), out)
+        parsed = ~other & (c("kind") != "cut")
+        n, bad, lo, hi = df.select(c("nlines").filter(parsed).sum(), c("bad_utf8").filter(parsed).sum(),
+                                   c("ts_ns").filter(parsed).min().alias("lo"), c("ts_ns").filter(parsed).max().alias("hi")).row(0)
+        out.parsed += int(n)
+        out.bad_utf8 += int(bad)
+        if lo is not None:
+            out.lo, out.hi = int(lo), int(hi)
+        self._rejects(df.select("line_no", "kind", "bad_utf8", "msg", "text", "noise", "tb_event")
+                      .filter((other & c("noise").is_null()) | (c("kind") == "cut")), out)
 
     def _apply(self, out: "_Out") -> None:
         """A frame's results, in file order: the counts, the V0 prefix-cache lines' stats rows (their stream's
@@ -560,14 +568,16 @@ class _Run:
         its process stream (`_ptag`, `_pline_no`, `_pts_ns`): V0's stat logger prints it right after the stats line,
         so that is the stats record it belongs to (`_fold_lines`). A stream's first record in the frame has its
         previous one in the frame before: `out.last` holds the last record of each stream for the next frame."""
-        recs = df.filter(c("tag").is_not_null()).select(
-            "line_no", "ts_ns", "tag", "msg", "process", c("process").fill_null("").alias("_k"))
+        recs = df.select("line_no", "ts_ns", "tag", "process").filter(c("tag").is_not_null()).with_columns(
+            c("process").fill_null("").alias("_k"))
         if recs.height == 0:
             return
         out.last = recs.group_by("_k").agg(c("tag").last(), c("line_no").last(), c("ts_ns").last())
         if (recs["tag"] == "pch").any():
-            out.pch = (recs.with_columns(*[c(k).shift(1).over("_k").alias(f"_p{k}") for k in ("tag", "line_no", "ts_ns")])
-                       .filter(c("tag") == "pch").drop("tag"))
+            pch = (recs.with_columns(*[c(k).shift(1).over("_k").alias(f"_p{k}") for k in ("tag", "line_no", "ts_ns")])
+                   .filter(c("tag") == "pch").drop("tag"))
+            out.pch = pch.join(df.select("line_no", "msg").filter(c("line_no").is_in(pch["line_no"].implode())),
+                               on="line_no", how="left", maintain_order="left")
 
     def _prefix_hits(self, out: "_Out") -> pl.Series | None:
         """V0 prefix-cache lines: their numbers go into the stats row they follow (folded at the end, once every
@@ -940,16 +950,16 @@ def _split_blocks(g: pl.DataFrame) -> tuple[pl.Series, np.ndarray, np.ndarray]:
 
 
 def _read_received(df: pl.DataFrame) -> pl.DataFrame:
-    """The frame with `_pre` (read here) and the `_received_fields` of its Received records as `_r_*` columns, so
-    the worker threads do this work for `_Run._received` (a line with a Ray dedup marker is left to it, since
+    """The frame with `_dd` (the line has a Ray dedup marker), `_pre` (read here) and the `_received_fields` of its
+    Received records as `_r_*` columns, for `_Run._received` (a line with a Ray dedup marker is left to it, since
     its message changes when the marker is cut off)."""
     m = c("msg")
-    recv = (c("kind").is_in(["rec", "ks"]) & m.str.starts_with("Received request ")
-            & ~m.str.contains("across cluster]", literal=True))
-    sub = df.filter(recv).select("line_no", "msg")
+    df = df.with_columns(m.str.contains("across cluster]", literal=True).alias("_dd"))  # a Ray dedup marker
+    recv = c("kind").is_in(["rec", "ks"]) & m.str.starts_with("Received request ") & ~c("_dd")
+    sub = df.select("line_no", "msg", recv.alias("_recv")).filter(c("_recv"))
     if sub.height:
         with _RECV_LOCK:  # one worker at a time: its copies of the lines' text are the parse's largest transient
-            fields = _received_fields(sub)
+            fields = _received_fields(sub.drop("_recv"))
     else:
         fields = pl.DataFrame(schema={"line_no": pl.Int64, **_RECV_COLS})
     fields = fields.select(c("line_no"), pl.lit(True).alias("_pre"), *[c(k).alias(f"_r_{k}") for k in _RECV_COLS])
@@ -985,8 +995,9 @@ def _noise(df: pl.DataFrame) -> pl.Series:
            .when(m.str.contains(P.NOISE_RAY_CORE.regex)).then(pl.lit("ray_core"))
            .when(c("text").str.contains(P.NOISE_SHELL_CONT.regex) | c("_prev_cont")).then(pl.lit("shell"))
            .otherwise(None))
-    prev_cont = c("text").shift(1).str.contains(P.NOISE_SHELL_CONT.regex).fill_null(False)
-    sub = df.select(m, c("text"), prev_cont.alias("_prev_cont")).gather(idx)
+    prev = idx.cast(pl.Int64) - 1  # the line before each candidate (none before the first line)
+    prev_cont = (df["text"].gather(prev.clip(0)).str.contains(P.NOISE_SHELL_CONT.regex) & (prev >= 0)).fill_null(False)
+    sub = df.select(m, c("text")).gather(idx).with_columns(prev_cont.alias("_prev_cont"))
     vals = sub.select(cat).to_series()
     return out.scatter(idx, vals)
 
@@ -1041,7 +1052,9 @@ def _tracebacks(df: pl.DataFrame) -> pl.DataFrame:
     body = c("kind").is_in(["rec", "ks", "other"])
     fh = body & m.str.contains(P.TB_HEAD.regex)
     ffile = body & m.str.starts_with('  File "')
-    if not df.select((fh | ffile).any()).item():
+    # Most frames have no traceback: literal tests first (the head regex needs the line to start so).
+    maybe = body & (m.str.starts_with("Traceback (most recent call last):") | m.str.starts_with('  File "'))
+    if not df.select(maybe.any()).item() or not df.select((fh | ffile).any()).item():
         return df.with_columns(pl.lit(None, pl.Int64).alias("tb_event"), pl.lit(False).alias("_fx"))
     is_rec = c("kind").is_in(["rec", "ks"])
     is_raw = c("kind") == "other"
