@@ -181,12 +181,6 @@ PARSER = VllmLogParser()
 
 # -- the per-file run ----------------------------------------------------------------------------------------
 
-def _process_names(pfx: pl.Series) -> pl.Series:
-    """`process` for every row (`(EngineCore_0 pid=1159) (RayWorkerWrapper pid=1273) ` → `EngineCore_0 pid=1159 /
-    RayWorkerWrapper pid=1273`), from the wrapper table (`prefixes.names`, once per distinct prefix)."""
-    return X.names(pfx)
-
-
 def _int(s: pl.Expr) -> pl.Expr:
     return s.cast(pl.Int64, strict=False)
 
@@ -1198,8 +1192,9 @@ def _envelope(df: pl.DataFrame) -> pl.DataFrame:
     """The `_COLS` envelope columns, `kind` (rec / ray / uvi / ks / other) and `msg` for every line of a frame.
 
     Most lines are plain vLLM records: one capture-free regex (`head_fast`) finds their envelope and the fields
-    are cut from it at fixed offsets. The others (uvicorn, Ray, docker-compose, KServe, unknown) go through the
-    full `head` regex with named groups. The two parts are put back in file order.
+    are cut from it at fixed offsets; so are bare uvicorn lines (`uvicorn_head`). The others (Ray, docker-compose,
+    KServe, wrapped uvicorn, unknown) go through the full `head` regex with named groups. The parts are put back
+    in file order.
     """
     head = df.select(c("text").str.extract(P.HEAD_FAST.regex, 0)).to_series()
     fast_mask = head.is_not_null()
@@ -1219,6 +1214,15 @@ def _envelope(df: pl.DataFrame) -> pl.DataFrame:
         parts.append(fast.with_columns(pl.lit("rec").alias("kind")))
     if not fast_mask.all():
         slow = df.filter(~fast_mask)
+        uhead = slow["text"].str.extract(P.UVI_FAST.regex, 0)
+        uvi = uhead.is_not_null()
+        if uvi.any():
+            parts.append(slow.filter(uvi).with_columns(
+                uhead.filter(uvi).alias("head"), pl.lit("").alias("pfx"), c("text").str.slice(0, c("text").str.find(":", literal=True)).alias("ulevel"),
+                *[pl.lit(None, pl.String).alias(k) for k in _COLS if k not in ("head", "pfx", "ulevel")],
+                pl.lit("uvi").alias("kind")))
+            slow = slow.filter(~uvi)
+    if not fast_mask.all() and slow.height:
         slow = slow.with_columns(c("text").str.extract_groups(P.HEAD.regex).alias("_h")).unnest("_h")
         kind = (pl.when(c("level").is_not_null()).then(pl.lit("rec"))
                 .when(c("rlevel").is_not_null()).then(pl.lit("ray"))
@@ -1233,3 +1237,14 @@ def _envelope(df: pl.DataFrame) -> pl.DataFrame:
     parts = [p.select(cols) for p in parts]
     out = parts[0] if len(parts) == 1 else pl.concat(parts).sort("line_no")
     return out.with_columns(c("text").str.slice(c("head").str.len_chars()).alias("msg"), _process_names(out["pfx"]))
+
+
+def _process_names(pfx: pl.Series) -> pl.Series:
+    """`process` for every row (`(EngineCore_0 pid=1159) (RayWorkerWrapper pid=1273) ` → `EngineCore_0 pid=1159 /
+    RayWorkerWrapper pid=1273`), from the wrapper table (`prefixes.names`, once per distinct prefix): NULL without
+    one, so only the rows with a prefix are looked up."""
+    has = (pfx.str.len_bytes() > 0).fill_null(False)
+    if not has.any():
+        return pl.repeat(None, pfx.len(), dtype=pl.String, eager=True).alias("process")
+    idx = has.arg_true()
+    return pl.repeat(None, pfx.len(), dtype=pl.String, eager=True).alias("process").scatter(idx, X.names(pfx.gather(idx)))

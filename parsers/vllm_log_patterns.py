@@ -113,6 +113,14 @@ HEAD_FAST = Pattern(
     doc="line: the common case of `head` (process prefixes then a vLLM envelope) matched without captures; the "
         "fields are then cut from the match at fixed offsets. Lines it does not match go through `head`.")
 
+UVI_FAST = Pattern(
+    "head_uvicorn",
+    r"^(?:" + LEVELS + r"|TRACE):[ \t]+",
+    (Sample('INFO:     10.244.1.14:54202 - "POST /v1/completions HTTP/1.1" 200 OK', {}, F800),
+     Sample("INFO:     Started server process [5941]", {}, F800)),
+    doc="line: a uvicorn record without wrapper prefix (`LEVEL:` and its padding), read without `head`: no wrapper "
+        "prefix starts with a level and a colon, so `head` gives it `pfx` empty and `ulevel` the level.")
+
 PFX = Pattern(
     "process_prefixes", r"^" + WRAPS,
     (Sample("(EngineCore_DP0 pid=33630) ERROR 11-18 14:16:34 [core.py:708]", {}, X28910),),
@@ -492,7 +500,7 @@ STATS_FRAGMENT = Pattern(
         "rejected with that reason.")
 
 PATTERNS = [
-    ANSI, SNIFF, HEAD, HEAD_FAST, PFX, TORN, RAY_DEDUP, STATS_V0, STATS_V1, PREFIX_HIT_V0, RECV_ID, RECV_IDS, RECV_PARAMS, MAX_TOKENS,
+    ANSI, SNIFF, HEAD, HEAD_FAST, UVI_FAST, PFX, TORN, RAY_DEDUP, STATS_V0, STATS_V1, PREFIX_HIT_V0, RECV_ID, RECV_IDS, RECV_PARAMS, MAX_TOKENS,
     LIFECYCLE, ENGINE_SUFFIX, ENGINE_ID_2026, ACCESS, CFG_VERSION, CFG_INIT, CFG_CHUNKED, CFG_KV_TOKENS, CFG_BLOCKS_V0, CFG_BLOCKS_V1,
     CFG_MAX_LEN, CFG_ARGS, CFG_NONDEFAULT, CFG_KV, CFG_DICT_KV, TB_HEAD, TB_FRAME, TB_EXC, TB_CHAIN, TB_PROCESS,
     NOISE_NCCL, NOISE_TQDM, NOISE_SHELL, NOISE_PYWARN, NOISE_TORCH_LOG, NOISE_RAY_CORE,
