@@ -1,15 +1,18 @@
 """vLLM server logs (V0 and V1 engines, 0.2 → 2026) into engine_stats, requests, request_events, engine_config, log_events.
 
 The file streams through `iter_line_frames` in 16 MB frames (read ahead in a thread; rows go to DuckDB in
-batches from another). Per frame, polars works column-wise: ANSI codes out; anchored regexes (`head_fast`, then
-`head` for the rest) read docker-compose/process prefixes and the record envelope (vLLM, Ray, uvicorn, KServe); hard-wrapped pieces are joined to their record, the lines of a traceback grouped into one
-event, known noise recognised; then each record kind gets its own regexes on its own rows only. The long
-`Received request` lines (most of a log's bytes) are read on the worker threads with the envelope: literal-led
-searches cut their fields, and their prompt's 16-token blocks are hashed from the token-id text (`_id_blocks`),
-so the main thread only writes them. The record at the end of a frame,
-which may continue in the next one, is carried over. Requests are assembled in SQL at the end, because a
-request's Received and Finished lines can be far apart. The regexes and their real sample lines live in
-`vllm_log_patterns.py`; the year and zone of the timestamps come from `logtime.py`.
+batches from another). Each frame is parsed whole on one of two worker threads (`_Run._work`), the next frame on
+the other: only the hand-over between frames runs in file order (the record at the end of a frame, which may
+continue in the next one, is carried over; the clock's year and roll-over run on), and the main thread applies
+the results in order (`_Run._apply`: counts, the few links to an earlier frame, the writes). Per frame, polars
+works column-wise: ANSI codes out; anchored regexes (`head_fast`, `uvicorn_head`, then `head` for the rest) read
+docker-compose/process prefixes and the record envelope (vLLM, Ray, uvicorn, KServe); hard-wrapped pieces are
+joined to their record, the lines of a traceback grouped into one event, known noise recognised; then each record
+kind gets its own regexes on its own rows and columns only. The long `Received request` lines (most of a log's
+bytes) are cut with literal-led searches, and their prompt's 16-token blocks are hashed from the token-id text
+(`_id_blocks`). Requests are assembled in SQL at the end, because a request's Received and Finished lines can be
+far apart. The regexes and their real sample lines live in `vllm_log_patterns.py`; the year and zone of the
+timestamps come from `logtime.py`.
 """
 from __future__ import annotations
 
@@ -865,7 +868,6 @@ def _prompt_blocks(line_no: pl.Series, request_id: pl.Series, h: np.ndarray, nb:
 
 
 
-_RECV_LOCK = threading.Lock()
 _RECV_COLS = {"request_id": pl.String, "params": pl.String, "prompt_tokens": pl.Int32, "max_tokens": pl.Int32,
               "_blk": pl.List(pl.UInt64)}
 
@@ -952,8 +954,7 @@ def _read_received(df: pl.DataFrame) -> pl.DataFrame:
     recv = c("kind").is_in(["rec", "ks"]) & m.str.starts_with("Received request ") & ~c("_dd")
     sub = df.select("line_no", "msg", recv.alias("_recv")).filter(c("_recv"))
     if sub.height:
-        with _RECV_LOCK:  # one worker at a time: its copies of the lines' text are the parse's largest transient
-            fields = _received_fields(sub.drop("_recv"))
+        fields = _received_fields(sub.drop("_recv"))
     else:
         fields = pl.DataFrame(schema={"line_no": pl.Int64, **_RECV_COLS})
     fields = fields.select(c("line_no"), pl.lit(True).alias("_pre"), *[c(k).alias(f"_r_{k}") for k in _RECV_COLS])
