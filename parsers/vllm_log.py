@@ -262,7 +262,7 @@ class _Run:
         frame, last, prev, to_next = task
         out = _Out()
         try:
-            df = _classify(frame)
+            df, fields = _classify(frame)
             carry, last_ts = prev.result()
             df = df if carry is None else pl.concat([carry, df])
             df, carry = self._cut(df, last)
@@ -280,7 +280,7 @@ class _Run:
         if df is not None:
             out.lines = df.height
             out.raw_bytes = int(df["text"].str.len_bytes().sum()) + df.height
-            self._process(df.with_columns(ts.alias("_ts")), last_ts, out)
+            self._process(df.with_columns(ts.alias("_ts")), last_ts, fields, out)
         return out
 
     def _cut(self, df: pl.DataFrame, last: bool) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
@@ -330,9 +330,10 @@ class _Run:
         return 0 if idx is None else int(idx) + df.height - tail.height
 
     # .. the frame's records ...............................................................................
-    def _process(self, df: pl.DataFrame, last_ts: int | None, out: "_Out") -> None:
+    def _process(self, df: pl.DataFrame, last_ts: int | None, fields: pl.DataFrame, out: "_Out") -> None:
         """The frame's records (with `_ts`, their own times) into `out`: rows per table, counts; `last_ts` is the
-        time of the last timed line before the frame (inherited by its first untimed lines)."""
+        time of the last timed line before the frame (inherited by its first untimed lines); `fields`: what
+        `_received_fields` read of its Received lines (not of a carried one)."""
         df = df.with_columns(pl.lit(1, pl.Int32).alias("nlines"))
         dedup = df["_dd"]
         df = df.drop("_dd")
@@ -363,9 +364,9 @@ class _Run:
 
         self._after_stats(df, out)
         rec = ["line_no", "ts_ns", "process", "msg"]
-        recv = ["line_no", "ts_ns", "msg", "nlines", "_pre", *[f"_r_{k}" for k in _RECV_COLS]]
+        recv = ["line_no", "ts_ns", "msg", "nlines"]
         unused = [self._stats(df.select(*rec, "tag").filter(c("tag") == "stats"), out), self._prefix_hits(out),
-                  self._received(df.select(*recv, "tag").filter(c("tag") == "recv"), out),
+                  self._received(df.select(*recv, "tag").filter(c("tag") == "recv"), fields, out),
                   self._lifecycle(df.select(*rec, "tag").filter(c("tag") == "life"), out)]
         unused = [u for u in unused if u is not None and u.len()]
         unused_lines = pl.concat(unused) if unused else pl.Series("line_no", [], pl.Int64)
@@ -621,16 +622,17 @@ class _Run:
             self.ctx.write("engine_stats", own)
         self.folded_own = own.num_rows
 
-    def _received(self, sub: pl.DataFrame, out: "_Out") -> pl.Series | None:
+    def _received(self, sub: pl.DataFrame, fields: pl.DataFrame, out: "_Out") -> pl.Series | None:
         """Received lines: id, prompt length (number of prompt_token_ids), sampling params, max_tokens.
 
-        `_classify` read them already on the worker threads (`_received_fields`); a line whose message changed
-        since (a hard-wrapped line joined to its pieces) is read again here."""
+        `_classify` read them already (`fields`, from `_received_fields`); a line whose message changed since (a
+        hard-wrapped line joined to its pieces, a Ray dedup marker cut off) or carried from the frame before is
+        read here."""
         if sub.height == 0:
             return None
-        cols = ["line_no", "request_id", "params", "prompt_tokens", "max_tokens", "_blk"]
-        pre = sub["_pre"] & (sub["nlines"] == 1)
-        g = sub.filter(pre).select("line_no", "ts_ns", *[c(f"_r_{k}").alias(k) for k in cols[1:]])
+        sub = sub.join(fields.with_columns(pl.lit(True).alias("_pre")), on="line_no", how="left", maintain_order="left")
+        pre = sub["_pre"].fill_null(False) & (sub["nlines"] == 1)
+        g = sub.filter(pre).select("line_no", "ts_ns", *_RECV_COLS)
         if not pre.all():
             again = sub.filter(~pre)
             g = pl.concat([g, again.select("line_no", "ts_ns").join(_received_fields(again.select("line_no", "msg")),
@@ -945,29 +947,27 @@ def _split_blocks(g: pl.DataFrame) -> tuple[pl.Series, np.ndarray, np.ndarray]:
     return t["line_no"], h, nb
 
 
-def _read_received(df: pl.DataFrame) -> pl.DataFrame:
-    """The frame with `_dd` (the line has a Ray dedup marker), `_pre` (read here) and the `_received_fields` of its
-    Received records as `_r_*` columns, for `_Run._received` (a line with a Ray dedup marker is left to it, since
-    its message changes when the marker is cut off)."""
+def _read_received(df: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(the frame with `_dd`: the line has a Ray dedup marker, the `_received_fields` of its Received records) for
+    `_Run._received` (a line with a Ray dedup marker is left to it, since its message changes when the marker is
+    cut off)."""
     m = c("msg")
     df = df.with_columns(m.str.contains("across cluster]", literal=True).alias("_dd"))  # a Ray dedup marker
     recv = c("kind").is_in(["rec", "ks"]) & m.str.starts_with("Received request ") & ~c("_dd")
     sub = df.select("line_no", "msg", recv.alias("_recv")).filter(c("_recv"))
     if sub.height:
-        fields = _received_fields(sub.drop("_recv"))
-    else:
-        fields = pl.DataFrame(schema={"line_no": pl.Int64, **_RECV_COLS})
-    fields = fields.select(c("line_no"), pl.lit(True).alias("_pre"), *[c(k).alias(f"_r_{k}") for k in _RECV_COLS])
-    return df.join(fields, on="line_no", how="left", maintain_order="left").with_columns(c("_pre").fill_null(False))
+        return df, _received_fields(sub.drop("_recv"))
+    return df, pl.DataFrame(schema={"line_no": pl.Int64, **_RECV_COLS})
 
 
 # -- frame-level classification (pure functions of the frame) --------------------------------------------------
 
-def _classify(frame: pl.DataFrame) -> pl.DataFrame:
-    """A frame's lines without ANSI codes, with their envelope (`_envelope`) and torn records recovered: each line on
-    its own, so frames are classified in any order and a carried tail joins the next frame as it is."""
+def _classify(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A frame's lines without ANSI codes, with their envelope (`_envelope`) and torn records recovered, and the
+    fields of its Received lines (`_read_received`): each line on its own, so frames are classified in any order
+    and a carried tail joins the next frame as it is."""
     if frame.height == 0:
-        return frame
+        return frame, pl.DataFrame(schema={"line_no": pl.Int64, **_RECV_COLS})
     df = _patch(frame, frame["text"].str.contains("\x1b", literal=True), "text",
                 c("text").str.replace_all(P.ANSI.regex, ""))
     return _read_received(_Run._recover_torn(_envelope(df)))
