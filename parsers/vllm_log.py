@@ -87,16 +87,18 @@ def _id_blocks(ids: pl.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray] | No
         return None
     # No id starts with 0 unless it is 0 (then text and number agree); none is wider than 18 digits (an int64).
     even, odd = _pairs(b, b" 0")
-    z = np.concatenate((np.flatnonzero(even) * 2 + 2, np.flatnonzero(odd) * 2 + 3))
-    z = np.concatenate((z[z < b.size], lo[(b[lo] == 48) & (lo + 1 < hi)] + 1))
+    z = lo[(b[lo] == 48) & (lo + 1 < hi)] + 1  # the byte after a leading 0 (most lists have none: counted first)
+    if np.count_nonzero(even) or np.count_nonzero(odd):
+        z = np.concatenate((np.flatnonzero(even) * 2 + 2, np.flatnonzero(odd) * 2 + 3, z))
+        z = z[z < b.size]
     if z.size and np.count_nonzero((b[z] >= 48) & (b[z] <= 57)):
         return None
     first = np.searchsorted(comma, offs)  # index of each list's first comma (the last: how many there are)
     n_tok = np.diff(first) + 1
     del z
-    gaps = np.diff(comma) - 2  # the id between two commas
+    gaps = np.diff(comma)  # 2 more than the width of the id between two commas
     cross = first[1:-1]
-    gaps[cross[(cross > 0) & (cross < comma.size)] - 1] = 1  # from one list's last comma to a later list's first
+    gaps[cross[(cross > 0) & (cross < comma.size)] - 1] = 3  # from one list's last comma to a later list's first
     one = n_tok == 1
     if comma.size:
         w_first = np.where(one, hi - lo, comma[np.minimum(first[:-1], comma.size - 1)] - lo)
@@ -104,7 +106,7 @@ def _id_blocks(ids: pl.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray] | No
     else:
         w_first = w_last = hi - lo
     if (min(w_first.min(), w_last.min()) < 1 or max(w_first.max(), w_last.max()) > 18
-            or (gaps.size and (gaps.min() < 1 or gaps.max() > 18))):
+            or (gaps.size and (gaps.min() < 3 or gaps.max() > 20))):
         return None
     del gaps
     nb = n_tok // BLOCK
