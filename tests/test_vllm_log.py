@@ -425,3 +425,36 @@ def test_sniff_leaves_tgi_and_sglang_logs_alone():
         for f in (REAL / d).glob("*"):
             assert V.PARSER.sniff(InputFile(f).head(), None) is None or V.sniff_score(InputFile(f).head()) < 0.5, f.name
     assert V.PARSER.sniff(InputFile(real(LOG_800)).head(), None)[1] > 0.9
+
+
+# -- frames on two threads: a failure in one stops the file, never hangs it ------------------------------------
+
+@pytest.mark.parametrize("where", ["_cut", "_process"])
+def test_a_failing_frame_fails_the_file_and_nothing_waits_for_it(where, monkeypatch):
+    """Frames are parsed on two threads, each waiting for the one before to hand over its carried tail: an error
+    in the third frame (in the hand-over, or after it) fails the file with the one-line internal-error reason, and
+    the frame already waiting for that hand-over stops too (the ingest returns; nothing is kept)."""
+    import threading
+    import time
+
+    monkeypatch.setattr(V, "iter_line_frames", partial(iter_line_frames, block_bytes=64 << 10))
+    monkeypatch.setenv("STALLSCOPE_LOG_WORKERS", "2")
+    orig, calls = getattr(V._Run, where), []
+
+    def failing(self, *a):
+        calls.append(1)
+        if len(calls) == 3:
+            time.sleep(0.3)  # the fourth frame is classified by now and waits for this one's hand-over
+            raise RuntimeError("boom")
+        return orig(self, *a)
+
+    monkeypatch.setattr(V._Run, where, failing)
+    got = []
+    t = threading.Thread(target=lambda: got.append(_ingest(real(LOG_800))), daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "the ingest hangs after a failing frame"
+    s, r = got[0]
+    assert r.status != "ingested" and "internal error" in r.message and "\n" not in r.message, r.message
+    assert s.sql("SELECT count(*) FROM requests").rows() == [(0,)]
+    assert len(calls) < 40  # the file stopped at the failure (it has ~40 frames of 64 KB)
