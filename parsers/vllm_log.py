@@ -336,7 +336,10 @@ class _Run:
         """The frame's records (with `_ts`, their own times) into `out`: rows per table, counts; `last_ts` is the
         time of the last timed line before the frame (inherited by its first untimed lines); `fields`: what
         `_received_fields` read of its Received lines (not of a carried one)."""
-        df = df.with_columns(pl.lit(1, pl.Int32).alias("nlines"))
+        # Only the columns read from here on (every later filter and gather carries them all).
+        df = df.select("line_no", "text", "bad_utf8", "pfx", "env", "kind", "msg", "process", "_dd", "_ts",
+                       pl.coalesce(c("level"), c("klevel"), c("rlevel"), c("ulevel")).alias("lvl"),
+                       pl.lit(1, pl.Int32).alias("nlines"))
         dedup = df["_dd"]
         df = df.drop("_dd")
         if dedup.any():
@@ -361,8 +364,7 @@ class _Run:
                .when(starts("Received request ")).then(pl.lit("recv"))
                .when(starts("Added request ") | starts("Finished request ") | starts("Aborted request ")).then(pl.lit("life"))
                .otherwise(pl.lit("msg")))
-        df = df.with_columns(tag.alias("tag"),
-                             pl.coalesce(c("level"), c("klevel"), c("rlevel"), c("ulevel")).alias("lvl"))
+        df = df.with_columns(tag.alias("tag"))
 
         self._after_stats(df, out)
         rec = ["line_no", "ts_ns", "process", "msg"]
