@@ -889,8 +889,12 @@ def _received_fields(sub: pl.DataFrame) -> pl.DataFrame:
     m = c("msg")
     g = sub.select(c("line_no"), m, m.str.extract(P.RECV_ID.regex, 1).alias("request_id"),
                    m.str.find("prompt_token_ids: ", literal=True).alias("_i"),
-                   m.str.find("params: ", literal=True).alias("_p"),
-                   m.str.find(", lora_request: ", literal=True).alias("_l"))
+                   m.str.find("params: ", literal=True).alias("_p"))
+    # Where the params end without token ids after them (older prints): looked for only on those lines (the
+    # search runs to the end of the line, past the ids).
+    lora = m.str.find(", lora_request: ", literal=True)
+    g = g.with_columns((pl.when(c("_i").is_null()).then(lora) if g["_i"].null_count() else
+                        pl.lit(None, g.schema["_i"])).alias("_l"))
     b = m.cast(pl.Binary)
     tail = pl.when(c("_i").is_not_null()).then(b.bin.slice(c("_i") + 18).cast(pl.String))
     end = pl.coalesce(c("_i") - 2, c("_l"))
