@@ -228,6 +228,10 @@ class Parser:
     # Lower runs first within one ingest call: traces and benchmark files (which carry years and absolute
     # clocks) before logs that need them.
     order: int = 50
+    # DuckDB's threads while this parser loads a file (None: DuckDB's own setting). A parser that only appends
+    # rows sets 1: an append is one thread's work, and a second DuckDB thread competes with the parser's own
+    # threads and ends each append with more partial row groups for the commit to rewrite.
+    duckdb_threads: int | None = None
 
     def sniff(self, head: bytes, inp: InputFile) -> tuple[str, float] | None:
         """(format, confidence 0..1) when this parser can read content starting with `head`, else None."""

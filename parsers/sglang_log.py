@@ -127,10 +127,11 @@ KNOWN_KEYS = [
     "#gpu token", "#cpu token", "waiting-image-req", "est. prefill TFLOPS/s (per GPU)",
     "est. decode TFLOPS/s (per GPU)", "est. read BW (GB/s per GPU)", "est. write BW (GB/s per GPU)", "fwd occupancy",
 ]
-# A line that does not end with `, ` is complete only if its last field is one a format ends with.
+# A line that does not end with `, ` is complete only if its last field is one a format ends with (early-2026
+# prefill lines end with the graph flag: `…, input throughput (token/s): 0.14, cuda graph: False`, sglang PR 18570).
 TERMINAL_KEYS = ["#queue-req", "input throughput (token/s)", "#transferring-req", "#inflight-req", "#transfer-req",
                  "#optimistic-req", "#bootstrap-req", "#retracted-req", "est. prefill TFLOPS/s (per GPU)",
-                 "est. write BW (GB/s per GPU)", "fwd occupancy"]
+                 "est. write BW (GB/s per GPU)", "fwd occupancy", "cuda graph", "npu graph", "cpu graph"]
 
 
 def _rx_escape(s: str) -> str:

@@ -5,6 +5,7 @@ import hashlib
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -88,6 +89,20 @@ def _delete_source(con, source_id: int) -> None:
     con.execute("DELETE FROM sources WHERE source_id = ?", [source_id])
 
 
+@contextmanager
+def duckdb_threads(con, n: int | None):
+    """DuckDB runs `n` threads for the duration (`Parser.duckdb_threads`), then as many as before."""
+    if n is None:
+        yield
+        return
+    before = int(con.execute("SELECT current_setting('threads')").fetchall()[0][0])
+    con.execute(f"SET threads = {int(n)}")
+    try:
+        yield
+    finally:
+        con.execute(f"SET threads = {before}")
+
+
 def _next_source_id(con) -> int:
     return int(con.execute("SELECT coalesce(max(source_id), 0) + 1 FROM sources").fetchall()[0][0])
 
@@ -130,7 +145,8 @@ def ingest_one(store, inp: InputFile, parser: Parser, fmt: str, options: Options
              inp.path.stat().st_mtime_ns, time.time_ns()])
         ctx = ParseContext(con, source_id, inp, options, progress)
         try:
-            with arrow_pool():  # jemalloc for Arrow while parsing: half the system time of mimalloc (stallscope.memory)
+            # jemalloc for Arrow while parsing: half the system time of mimalloc (stallscope.memory)
+            with arrow_pool(), duckdb_threads(con, parser.duckdb_threads):
                 parser.parse(ctx, fmt)
         except StallscopeError:
             raise

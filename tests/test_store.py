@@ -160,3 +160,23 @@ def test_a_write_in_uneven_batches_lands_as_full_row_groups(tmp_path):
                            "GROUP BY ALL ORDER BY 1").fetchall()
     assert [c for _, c in groups] == [ROW_GROUP_ROWS] * 3 + [5000]
     assert s.sql("SELECT count(*) AS n, sum(start_ns) AS s FROM cpu_ops").row(0) == (n, n * (n - 1) // 2)
+
+
+def test_a_parsers_duckdb_threads_hold_while_it_parses_and_are_restored(tmp_path, monkeypatch):
+    from stallscope.parsers import sglang_log
+
+    seen = []
+    parse = sglang_log.SglangLogParser.parse
+
+    def spy(self, ctx, fmt):
+        seen.append(ctx.con.execute("SELECT current_setting('threads')").fetchall()[0][0])
+        return parse(self, ctx, fmt)
+
+    monkeypatch.setattr(sglang_log.SglangLogParser, "parse", spy)
+    monkeypatch.setattr(sglang_log.SglangLogParser, "duckdb_threads", 1)
+    s = stallscope.open(tmp_path / "s.duckdb")
+    s.con.execute("SET threads = 3")
+    r = s.ingest([real("sglang/sglang_v0.4.4_decode_largest_len_trailing_comma_issue4407.log")])
+    assert r.ok, r[0].message
+    assert seen == [1]
+    assert s.con.execute("SELECT current_setting('threads')").fetchall()[0][0] == 3
