@@ -172,6 +172,7 @@ class VllmLogParser(Parser):
     version = VERSION
     formats = ("vllm_log",)
     order = 50
+    duckdb_threads = 1  # it appends rows from one writer thread while two threads parse
 
     def sniff(self, head: bytes, inp):
         s = sniff_score(head)
