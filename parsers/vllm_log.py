@@ -209,6 +209,7 @@ class _Run:
         self.last_ns: int | None = None
         self.config = ConfigCollector()
         self.saw_stats = {"V0": 0, "V1": 0}
+        self.odd_stats: dict[str, int] = {}
         self.prefix_keys: list[pa.Table] = []   # per Received line with token ids: its 16-token prompt-block keys
         self.prefix_reqs: list[pa.Table] = []   # (line_no, request_id) of those lines
         self.lines = 0
@@ -415,6 +416,8 @@ class _Run:
             self.last_ns = out.hi if self.last_ns is None else max(self.last_ns, out.hi)
         for k in self.saw_stats:
             self.saw_stats[k] += out.saw[k]
+        for k, n in out.odd_stats.items():
+            self.odd_stats[k] = self.odd_stats.get(k, 0) + n
         self.suffixed = self.suffixed or out.suffixed
         if out.pch is not None:
             self._fold_lines(out.pch)
@@ -562,9 +565,36 @@ class _Run:
                 _int(c("corrupted")).alias("corrupted_reqs"),
                 _num(c("ext_hit")).alias("external_prefix_cache_hit_rate_pct"),
                 _num(c("mm_hit")).alias("mm_cache_hit_rate_pct")))
+        left = g1.filter(c("prompt").is_null())["line_no"]
+        loose = self._loose_stats(rest.filter(c("line_no").is_in(left.implode())), out) if left.len() else None
+        if loose is not None:
+            left = left.filter(~left.is_in(loose.implode()))
         out.saw["V0"] += v0.height
-        out.saw["V1"] += v1.height
-        return g1.filter(c("prompt").is_null())["line_no"]
+        out.saw["V1"] += v1.height + (loose.len() if loose is not None else 0)
+        return left
+
+    def _loose_stats(self, sub: pl.DataFrame, out: "_Out") -> pl.Series | None:
+        """V1 stats lines STATS_V1 did not take, read by STATS_V1_LOOSE (their optional fields by key, in any order;
+        fields this parser does not know counted in `out.odd_stats` for a note). Returns the lines read."""
+        base = [c("line_no"), c("ts_ns"), c("process")]
+        g = sub.select(*base, c("msg").str.extract_groups(P.STATS_V1_LOOSE.regex).alias("g")).unnest("g").filter(
+            c("prompt").is_not_null())
+        if g.height == 0:
+            return None
+        r = c("rest")
+        known = [k for k, _, _ in P.STATS_V1_FIELDS]
+        keys = g.select(r.str.extract_all(r"(?:^|, )[A-Za-z][A-Za-z ]*: ").list.eval(
+            pl.element().str.strip_prefix(", ").str.strip_suffix(": ")).explode().alias("k")).drop_nulls()
+        for k, n in keys.filter(~c("k").is_in(known)).group_by("k").len().iter_rows():
+            out.odd_stats[k] = out.odd_stats.get(k, 0) + n
+        num = {"deferred_reqs": _int, "preemptions": _int, "corrupted_reqs": _int}
+        out.emit("engine_stats", g.select(
+            *base, _int(c("engine")).alias("engine_index"), _int(c("n_engines")).alias("engines_aggregated"),
+            _num(c("prompt")).alias("prompt_throughput_tps"), _num(c("gen")).alias("generation_throughput_tps"),
+            _int(c("running")).alias("running_reqs"), _int(c("waiting")).alias("waiting_reqs"),
+            *[num.get(col, _num)(r.str.extract(rf"(?:^|, ){k}: {v}(?:,|$)", 1)).alias(col)
+              for k, v, col in P.STATS_V1_FIELDS]))
+        return g["line_no"]
 
     def _after_stats(self, df: pl.DataFrame, out: "_Out") -> None:
         """The V0 `Prefix cache hit rate: GPU: …` records of the frame (`out.pch`), each with the previous record of
@@ -804,6 +834,9 @@ class _Run:
             ctx.notes.append(dedup_note(*self.dedup))
         if self.bad_utf8_kept:
             ctx.notes.append(f"{self.bad_utf8_kept} line(s) with invalid UTF-8 read with U+FFFD replacement")
+        if self.odd_stats:
+            ctx.notes.append("stats lines with field(s) this parser does not know, read without them: " + ", ".join(
+                f"'{k}' ({n} lines)" for k, n in sorted(self.odd_stats.items())))
 
     def _requests(self) -> None:
         """One `requests` row per request id, from its lifecycle events (Received, else Added, gives the arrival)."""
@@ -1137,6 +1170,7 @@ class _Out:
         self.lo: int | None = None  # earliest and latest time of the parsed lines
         self.hi: int | None = None
         self.saw = {"V0": 0, "V1": 0}
+        self.odd_stats: dict[str, int] = {}  # fields of V1 stats lines this parser does not know: lines with each
         self.suffixed = False
         self.pch: pl.DataFrame | None = None   # V0 prefix-cache lines with their stream's previous record
         self.last: pl.DataFrame | None = None  # the last record of each process stream

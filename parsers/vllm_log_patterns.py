@@ -204,6 +204,31 @@ STATS_V1 = Pattern(
     doc="msg: V1 engine stats (v1/metrics/loggers.py), 0.7 → 2026: optional `Engine NNN:` / `N Engines Aggregated:`, "
         "optional Deferred, Preemptions, KV usage, prefix/external/MM cache hit rates, Corrupted.")
 
+# Fields of a V1 stats line after `Waiting: N reqs`, each read by its key (STATS_V1_LOOSE lines): (key, value regex
+# with one group, column).
+STATS_V1_FIELDS = [
+    ("Deferred", r"(\d+) reqs", "deferred_reqs"), ("Preemptions", r"(\d+)", "preemptions"),
+    ("GPU KV cache usage", "(" + NUM + ")%", "gpu_kv_cache_usage_pct"),
+    ("Prefix cache hit rate", "(" + NUM + ")%", "prefix_cache_hit_rate_pct"),
+    ("Corrupted", r"(\d+) reqs", "corrupted_reqs"),
+    ("External prefix cache hit rate", "(" + NUM + ")%", "external_prefix_cache_hit_rate_pct"),
+    ("MM cache hit rate", "(" + NUM + ")%", "mm_cache_hit_rate_pct"),
+]
+STATS_V1_LOOSE = Pattern(
+    "stats_v1_loose",
+    r"^(?:Engine (?P<engine>\d+): |(?P<n_engines>\d+) Engines Aggregated: )?Avg prompt throughput: (?P<prompt>" + NUM
+    + r") tokens/s, Avg generation throughput: (?P<gen>" + NUM + r") tokens/s, Running: (?P<running>\d+) reqs, "
+    r"Waiting: (?P<waiting>\d+) reqs(?P<rest>(?:, [A-Za-z][A-Za-z ]*: [^,]*)*?)\s*(?:,\s*)?$",
+    (
+        Sample("Engine 000: Avg prompt throughput: 23998.2 tokens/s, Avg generation throughput: 18.1 tokens/s, Running: "
+               "10 reqs, Waiting: 90 reqs, GPU KV cache usage: 19.3%, Prefix cache hit rate: 0.0%",
+               {"engine": "000", "waiting": "90", "rest": ", GPU KV cache usage: 19.3%, Prefix cache hit rate: 0.0%"},
+               X37307),
+    ),
+    doc="msg: a V1 stats line STATS_V1 does not take (its optional fields in another order, or one it does not know):"
+        " the fields up to `Waiting`, then `rest`, whose known fields (STATS_V1_FIELDS) are read by key; the others are "
+        "named in a note, not stored.")
+
 PREFIX_HIT_V0 = Pattern(
     "prefix_cache_hit_v0",
     r"^Prefix cache hit rate: GPU: (?P<gpu>" + NUM + r")%, CPU: (?P<cpu>" + NUM + r")%\s*(?:,\s*)?$",
@@ -500,7 +525,7 @@ STATS_FRAGMENT = Pattern(
         "rejected with that reason.")
 
 PATTERNS = [
-    ANSI, SNIFF, HEAD, HEAD_FAST, UVI_FAST, PFX, TORN, RAY_DEDUP, STATS_V0, STATS_V1, PREFIX_HIT_V0, RECV_ID, RECV_IDS, RECV_PARAMS, MAX_TOKENS,
+    ANSI, SNIFF, HEAD, HEAD_FAST, UVI_FAST, PFX, TORN, RAY_DEDUP, STATS_V0, STATS_V1, STATS_V1_LOOSE, PREFIX_HIT_V0, RECV_ID, RECV_IDS, RECV_PARAMS, MAX_TOKENS,
     LIFECYCLE, ENGINE_SUFFIX, ENGINE_ID_2026, ACCESS, CFG_VERSION, CFG_INIT, CFG_CHUNKED, CFG_KV_TOKENS, CFG_BLOCKS_V0, CFG_BLOCKS_V1,
     CFG_MAX_LEN, CFG_ARGS, CFG_NONDEFAULT, CFG_KV, CFG_DICT_KV, TB_HEAD, TB_FRAME, TB_EXC, TB_CHAIN, TB_PROCESS,
     NOISE_NCCL, NOISE_TQDM, NOISE_SHELL, NOISE_PYWARN, NOISE_TORCH_LOG, NOISE_RAY_CORE,
