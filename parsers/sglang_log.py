@@ -368,6 +368,7 @@ _LEAN_HEAD = (r"^\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-
 # An access line P_ACCESS reads whole, with client, method, path and version free of spaces and quotes (so the
 # line's first `"` opens the request and its second closes it) and ASCII digits in the status.
 _LEAN_ACCESS = r'^\[[^\]]*\] INFO: +[!#-~]+ - "[A-Z]+ [!#-~]+ HTTP/[0-9.]+"(?: [0-9]{3}(?: .*)?)?$'
+_LEAN_ODD = r"\x1b|across cluster\]"
 # What the generic path keeps of a line (`_prepare`), and what the lean lane does.
 _REST_COLS = ["line_no", "wrap", "t", "dedup", "ts", "ranks", "process", "debris", "msg1", "blank", "cat", "_pl"]
 _LEAN_COLS = ["line_no", "t", "_c", "_lk", "ts_ff", "_ms", "ranks", "tp_rank", "dp_rank", "ep_rank", "pp_rank", "_xr",
@@ -377,19 +378,26 @@ _LEAN_COLS = ["line_no", "t", "_c", "_lk", "ts_ff", "_ms", "ranks", "tp_rank", "
 def _lean_heads(leads: pl.Series, tz: str) -> pl.DataFrame:
     """Per distinct head text of the lean candidates: what `_prepare` and `_times` read from it (time, rank tags,
     and the rank columns and `process` the batch and access readers derive), for plain dated heads in ASCII that
-    give a time; other heads are left out (their lines take the generic path)."""
+    give a time; other heads are left out (their lines take the generic path). A head `_LEAN_HEAD` holds has its
+    fields at known offsets (`[YYYY-MM-DD HH:MM:SS(.mmm)( TAGn)*]`): read by slicing (a real log has thousands of
+    distinct heads per frame: no capture runs over them)."""
     u = pl.DataFrame({"_lead": leads.drop_nulls().unique()}).filter(pl.col("_lead").str.contains(_LEAN_HEAD))
-    g = pl.col("_lead").str.extract_groups(_LEAD_ONLY)
-    u = u.with_columns(g.struct.field("ts").alias("ts"), g.struct.field("ranks").alias("ranks"))
-    u = u.with_columns(_abs_ns(u, tz).alias("ts_ff"), pl.col("ts").str.contains(r"\.\d{3}$").alias("_ms"),
-                       pl.lit(None, pl.String).alias("process")).filter(pl.col("ts_ff").is_not_null())
-    rk = _rank_table(u["ranks"])
-    ranks = pl.col("ranks").fill_null("")
-    return u.select("_lead", "ts_ff", "_ms", "ranks", *[
-        ranks.replace_strict(rk["ranks"], rk[col], default=None, return_dtype=pl.Int32).alias(col)
-        for col in ("tp_rank", "dp_rank", "ep_rank", "pp_rank")],
-        ranks.replace_strict(rk["ranks"], rk["extra"], default=None, return_dtype=pl.String).fill_null("").alias("_xr"),
-        _process().alias("_ap"))
+    h = pl.col("_lead")
+    ms = h.str.slice(20, 1) == "."
+    num = lambda a, n: h.str.slice(a, n).cast(pl.Int64)  # noqa: E731
+    u = u.with_columns(num(1, 4).alias("_Y"), num(6, 2).alias("_M"), num(9, 2).alias("_D"), num(12, 2).alias("_h"),
+                       num(15, 2).alias("_mi"), num(18, 2).alias("_s"), pl.when(ms).then(num(21, 3)).alias("_ms"),
+                       ms.alias("_ms_f"),
+                       h.str.slice(pl.when(ms).then(24).otherwise(20), h.str.len_bytes() - pl.when(ms).then(25)
+                                   .otherwise(21)).alias("ranks"))
+    u = u.with_columns(full_date_ns(u, "_Y", "_M", "_D", "_h", "_mi", "_s", "_ms", tz).alias("ts_ff")
+                       ).filter(pl.col("ts_ff").is_not_null())
+    # Per distinct rank-tag string (a log has a handful): the rank columns, the other tags and `process`.
+    rk = pl.DataFrame(_rank_table(u["ranks"]), schema={"ranks": pl.String, **{c: pl.Int32 for c in (
+        "tp_rank", "dp_rank", "ep_rank", "pp_rank")}, "extra": pl.String})
+    rk = rk.select("ranks", "tp_rank", "dp_rank", "ep_rank", "pp_rank", pl.col("extra").fill_null("").alias("_xr"),
+                   pl.lit(None, pl.String).alias("process")).with_columns(_process().alias("_ap")).drop("process")
+    return u.select("_lead", "ts_ff", pl.col("_ms_f").alias("_ms"), "ranks").join(rk, on="ranks", how="left")
 
 
 def _lean_prepare(tz: str):
@@ -406,9 +414,9 @@ def _lean_prepare(tz: str):
         # The head's `]`, its space and the label (or `INFO: `) in one slice after the first `]`.
         s = t.str.slice(c + 1, 15)
         ok = t.str.starts_with("[") & (c >= 20) & (c <= _HEAD_SLICE - 2)
-        for odd in ("\x1b", "across cluster]"):
-            if d["text"].str.contains(odd, literal=True).any():
-                ok = ok & ~t.str.contains(odd, literal=True)
+        # ANSI codes and Ray dedup markers are unwrap's: lines holding either take the generic path.
+        if d["text"].str.contains(_LEAN_ODD).any():
+            ok = ok & ~t.str.contains(_LEAN_ODD)
         k = d.select(pl.when(ok).then(s.replace_strict([" " + x[:14] for x in _FAST_LABELS],
                                                         range(1, len(_FAST_LABELS) + 1), default=0,
                                                         return_dtype=pl.Int8)).fill_null(0).alias("_lk"),
@@ -739,7 +747,7 @@ def _fast_batches(b: pl.DataFrame, lean: bool = False) -> tuple[tuple, pl.DataFr
     if not lean:
         rest = rest.drop("_lk", "tp_rank", "dp_rank", "ep_rank", "pp_rank", "_xr")
     bad = pl.concat(bad) if bad else None
-    return ((pl.concat(outs) if len(outs) > 1 else outs[0]) if outs else None, n, debris, bad), rest
+    return (_fast_finish(outs) if outs else None, n, debris, bad), rest
 
 
 _SAMPLE = 64  # lines per label and frame whose layouts are tried first
@@ -776,46 +784,56 @@ def _layout_reason(label: str, keys: list[str] | None, need: str, whole: bool) -
 
 
 def _fast_rows(g: pl.DataFrame, label: str, keys: list[str], lean: bool = False) -> pl.DataFrame:
-    """engine_batches rows of lines that matched `_layout_rx(label, keys)`: the same values `_batch_rows` reads.
-    `lean`: the raw lines (the head, which holds no `, `, ends at `_c` + 2)."""
+    """The values of lines that matched `_layout_rx(label, keys)`, as text, one column per key with a column
+    (`v:` + key; a layout's fields without one joined in `_rest`), beside the line's own columns; `_fast_finish`
+    reads the frame's layouts into engine_batches rows at once (few expressions per layout: each costs a fixed
+    ~30 us). `lean`: the raw lines (the head, which holds no `, `, ends at `_c` + 2)."""
     comma = label.endswith(", ")
     n = len(keys)
     parts = pl.col("t" if lean else "msg1").str.splitn(", ", n + 1 if comma else n)
-    f64, i32, s = pl.Float64, pl.Int32, pl.String
 
-    def val(key: str) -> pl.Expr | None:
-        if key not in keys:
-            return None
+    def val(key: str) -> pl.Expr:
         j = keys.index(key)
         off = len(key) + 2 + (0 if comma or j else len(label))
         e = parts.struct.field(f"field_{j + 1 if comma else j}").str.slice(
             pl.col("_c") + (off + 2) if lean and not comma and not j else off)
         return e.str.strip_chars_end(", \t") if j == n - 1 else e
 
+    unmapped = [k for k in keys if k not in MAPPED_KEYS]
+    rest = [pl.concat_str([pl.lit(k + ": ") + val(k) for k in unmapped], separator=", ").alias("_rest")] if unmapped else []
+    return g.select("line_no", "ts_ff", pl.lit("prefill" if label.startswith("Prefill") else "decode").alias("kind"),
+                    "tp_rank", "dp_rank", "ep_rank", "pp_rank", "_xr",
+                    pl.lit(None, pl.String).alias("process") if lean else pl.col("process"),
+                    *[val(k).alias("v:" + k) for k in dict.fromkeys(keys) if k in MAPPED_KEYS], *rest)
+
+
+def _fast_finish(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """engine_batches rows from `_fast_rows` frames: the same values `_batch_rows` reads."""
+    v = pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
+    f64, i32 = pl.Float64, pl.Int32
+    have = set(v.columns)
+
     def first(*ks: str) -> pl.Expr:
-        es = [e for e in map(val, ks) if e is not None]
-        return (pl.coalesce(es) if len(es) > 1 else es[0]) if es else pl.lit(None, s)
+        es = [pl.col("v:" + k) for k in ks if "v:" + k in have]
+        return (pl.coalesce(es) if len(es) > 1 else es[0]) if es else pl.lit(None, pl.String)
 
     extra_ranks = pl.col("_xr")
-    unmapped = [k for k in keys if k not in MAPPED_KEYS]
-    rest = (pl.concat_str([pl.lit(k + ": ") + val(k) for k in unmapped], separator=", ") if unmapped
-            else pl.lit(""))
+    rest = pl.col("_rest").fill_null("") if "_rest" in have else pl.lit("")
     extra = pl.concat_str([pl.when(extra_ranks != "").then(extra_ranks), pl.when(rest != "").then(rest)],
                           separator=", ", ignore_nulls=True)
     graph = first("cuda graph", "npu graph", "cpu graph")
     cols = {
-        "line_no": pl.col("line_no"), "ts_ns": pl.col("ts_ff"),
-        "kind": pl.lit("prefill" if label.startswith("Prefill") else "decode"),
+        "line_no": pl.col("line_no"), "ts_ns": pl.col("ts_ff"), "kind": pl.col("kind"),
         **{col: pl.col(col) for col in ("tp_rank", "dp_rank", "ep_rank", "pp_rank")},
         **{c: first(k).cast(i32, strict=False) for k, c in INT_FIELDS},
         "token_usage": first("full token usage", "token usage").cast(f64, strict=False),
         "kv_tokens": first("#full token", "#token").cast(i32, strict=False),
         **{c: first(k).str.strip_suffix("%").cast(f64, strict=False) for k, c in FLOAT_FIELDS},
         "cuda_graph": pl.when(graph.is_not_null()).then(graph == "True"),
-        "forward_iter": pl.lit(None, pl.Int64), "process": pl.lit(None, s) if lean else pl.col("process"),
+        "forward_iter": pl.lit(None, pl.Int64), "process": pl.col("process"),
         "extra": pl.when(extra != "").then(extra),
     }
-    return g.select(*[cols[c].alias(c) for c in _BATCH_COLS])
+    return v.select(*[cols[c].alias(c) for c in _BATCH_COLS])
 
 
 def _generic_batches(ctx: ParseContext, lines: pl.DataFrame, b: pl.DataFrame, st: _State
@@ -1054,14 +1072,14 @@ def _lean_access(ctx: ParseContext, lean: pl.DataFrame) -> int:
     a = lean.filter(pl.col("_lk") == _LK_ACCESS)
     if a.height == 0:
         return 0
-    q = pl.col("t").str.split('"')
-    req = q.list.get(1).str.split(" ")
+    q = pl.col("t").str.splitn('"', 3)
+    req = q.struct.field("field_1").str.splitn(" ", 3)
     ctx.write("log_events", a.select(
         "line_no", pl.lit(1, pl.Int32).alias("line_count"), pl.col("ts_ff").alias("ts_ns"), pl.lit("INFO").alias("level"),
         pl.col("_ap").alias("process"), pl.lit("access").alias("kind"),
         pl.col("t").str.slice(pl.col("_c") + 2, MSG_MAX).alias("message"),
-        req.list.get(0).alias("http_method"), req.list.get(1).alias("http_path"),
-        q.list.get(2).str.slice(1, 3).cast(pl.Int32, strict=False).alias("http_status"),
+        req.struct.field("field_0").alias("http_method"), req.struct.field("field_1").alias("http_path"),
+        q.struct.field("field_2").str.slice(1, 3).cast(pl.Int32, strict=False).alias("http_status"),
         pl.lit("uvicorn.access").alias("target")))
     return a.height
 
