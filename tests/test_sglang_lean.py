@@ -5,6 +5,8 @@ after lean lines, time-only and millisecond heads, ANSI codes, dedup markers, ac
 small frames so that lean lines and open records meet at frame edges."""
 from __future__ import annotations
 
+import gzip
+
 import polars as pl
 import pytest
 
@@ -111,3 +113,17 @@ def test_lean_lane_equals_the_generic_path_behind_wrappers(tmp_path, monkeypatch
     lean = _tables([path], True, monkeypatch, 30_000)
     assert sum(lean_lines) >= 100
     _same(lean, _tables([path], False, monkeypatch, 30_000))
+
+
+@pytest.mark.parametrize("frame_bytes", [None, 3000])
+def test_lean_lane_equals_the_generic_path_on_a_cut_gzip_with_bad_bytes(tmp_path, monkeypatch, lean_lines,
+                                                                         frame_bytes):
+    lines = [x.encode() for x in _edge_lines()]
+    lines[7] = lines[7].replace(b"Decode", b"Dec\xc3\x28ode")  # invalid UTF-8 in a lean-looking line
+    data = b"\n".join(lines) + b"\n"
+    z = gzip.compress(data)
+    path = tmp_path / "cut.log.gz"
+    path.write_bytes(z[: len(z) * 3 // 4])  # cut mid-stream: its last line is rejected
+    lean = _tables([path], True, monkeypatch, frame_bytes)
+    assert sum(lean_lines) >= 50 and "gzip" in lean["rejects"].sort("line_no")["reason"][-1]
+    _same(lean, _tables([path], False, monkeypatch, frame_bytes))
