@@ -794,9 +794,11 @@ def _fast_rows(g: pl.DataFrame, label: str, keys: list[str], lean: bool = False)
 
     def val(key: str) -> pl.Expr:
         j = keys.index(key)
-        off = len(key) + 2 + (0 if comma or j else len(label))
-        e = parts.struct.field(f"field_{j + 1 if comma else j}").str.slice(
-            pl.col("_c") + (off + 2) if lean and not comma and not j else off)
+        f = parts.struct.field(f"field_{j + 1 if comma else j}")
+        if lean and not comma and not j:  # the head, the label and the first key
+            e = f.str.slice(pl.col("_c") + (2 + len(label) + len(key) + 2))
+        else:  # the field is its key, `: ` and its value (after the label for the first of a `.` label)
+            e = f.str.strip_prefix(("" if comma or j else label) + key + ": ")
         return e.str.strip_chars_end(", \t") if j == n - 1 else e
 
     unmapped = [k for k in keys if k not in MAPPED_KEYS]
