@@ -17,6 +17,15 @@ matches are split at `, ` and sliced at known offsets, and lines of a shape the 
 its reason there. Everything else (other labels, SWA values, 0.1 layouts, lines no tried layout fits) goes to the
 generic reader, which finds each field by its key; `tests/test_sglang_fast.py` checks that both give the same tables.
 
+Lean lane: most of a long log is one-line batch and access records behind a plain dated head. `_lean_prepare` picks
+out, by literal tests at known offsets on the raw line, those the generic path would read as exactly that with
+nothing changed by unwrapping (no wrapper can start with a dated head; no ANSI code, no dedup marker), reads their
+heads once per distinct head text, and sends them past unwrapping, P_HEAD, the category chain, record formation and
+the per-record readers: batch lines by layout on the raw line, access lines at their quotes. `_lean_frames` keeps them
+beside the generic records of the same stretch of the file (a line after a one-line record starts a record; untimed
+records inherit the latest timed line of either). `LEAN = False` sends every line the generic way;
+`tests/test_sglang_lean.py` checks both give the same store.
+
 Times: `YYYY-MM-DD HH:MM:SS` is local time without zone (`--tz`, default UTC). 0.2.x-0.3.0 print only `HH:MM:SS`:
 the date then comes from another source in the store (the latest with an absolute clock: nearest date, so ±12 h
 coarse) or else the file's modification time (the last line is put at or before it), midnight roll-overs counted
