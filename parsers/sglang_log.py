@@ -421,8 +421,10 @@ def _lean_prepare(tz: str):
     def prepare(df: pl.DataFrame) -> pl.DataFrame:
         t, c = pl.col("text"), pl.col("_c")
         d = df.select("line_no", "text", t.str.find("]", literal=True).alias("_c"))
-        # The head's `]`, its space and the label (or `INFO: `) in one slice after the first `]`.
-        s = t.str.slice(c + 1, 15)
+        # The head's `]`, its space and the label (or `INFO: `) in one slice after the first `]` (a column: read
+        # twice in one select, it was sliced twice).
+        d = d.with_columns(t.str.slice(c + 1, 15).alias("_s"))
+        s = pl.col("_s")
         ok = t.str.starts_with("[") & (c >= 20) & (c <= _HEAD_SLICE - 2)
         # ANSI codes and Ray dedup markers are unwrap's: lines holding either take the generic path.
         if d["text"].str.contains(_LEAN_ODD).any():
@@ -436,7 +438,7 @@ def _lean_prepare(tz: str):
         if len(ia):
             # The access regex runs only on lines that start like one.
             lk[ia[d["text"].gather(ia).str.contains(_LEAN_ACCESS).to_numpy()]] = _LK_ACCESS
-        d = d.with_columns(pl.Series("_lk", lk, dtype=pl.Int8))
+        d = d.select("line_no", "text", "_c", pl.Series("_lk", lk, dtype=pl.Int8))
         d = d.with_columns(pl.when(pl.col("_lk") > 0).then(t.str.head(c + 1)).alias("_lead"))
         d = d.join(_lean_heads(d["_lead"], tz), on="_lead", how="left", maintain_order="left")
         mask = d.select(((pl.col("_lk") > 0) & pl.col("ts_ff").is_not_null()).alias("m"))["m"]
@@ -835,8 +837,12 @@ def _fast_finish(parts: list[pl.DataFrame]) -> pl.DataFrame:
 
     extra_ranks = pl.col("_xr")
     rest = pl.col("_rest").fill_null("") if "_rest" in have else pl.lit("")
-    extra = pl.concat_str([pl.when(extra_ranks != "").then(extra_ranks), pl.when(rest != "").then(rest)],
-                          separator=", ", ignore_nulls=True)
+    if (v["_xr"] != "").any():
+        extra = pl.concat_str([pl.when(extra_ranks != "").then(extra_ranks), pl.when(rest != "").then(rest)],
+                              separator=", ", ignore_nulls=True)
+        extra = pl.when(extra != "").then(extra)
+    else:  # no other rank tags in the frame (the common case): `extra` is the fields without a column, if any
+        extra = pl.col("_rest") if "_rest" in have else pl.lit(None, pl.String)
     graph = first("cuda graph", "npu graph", "cpu graph")
     cols = {
         "line_no": pl.col("line_no"), "ts_ns": pl.col("ts_ff"), "kind": pl.col("kind"),
@@ -847,7 +853,7 @@ def _fast_finish(parts: list[pl.DataFrame]) -> pl.DataFrame:
         **{c: first(k).str.strip_suffix("%").cast(f64, strict=False) for k, c in FLOAT_FIELDS},
         "cuda_graph": pl.when(graph.is_not_null()).then(graph == "True"),
         "forward_iter": pl.lit(None, pl.Int64), "process": pl.col("process"),
-        "extra": pl.when(extra != "").then(extra),
+        "extra": extra,
     }
     return v.select(*[cols[c].alias(c) for c in _BATCH_COLS])
 

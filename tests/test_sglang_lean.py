@@ -1,8 +1,9 @@
 """The SGLang parser's lean lane (one-line batch and access records behind a plain dated head, read without record
-formation) gives exactly the store of its generic path: on every real log, on the bench's kind of file behind every
-wrapper prefix, and on lines built to sit on each side of what the lane takes (continuation and untimed lines right
-after lean lines, time-only and millisecond heads, ANSI codes, dedup markers, access lines it must leave), also with
-small frames so that lean lines and open records meet at frame edges."""
+formation; batch lines by layout) gives exactly the store of its generic path and generic batch reader: on every
+real log, on the bench's kind of file behind every wrapper prefix, and on lines built to sit on each side of what
+the lane takes (continuation and untimed lines right after lean lines, time-only and millisecond heads, ANSI codes,
+dedup markers, access lines it must leave, rank tags without a column), also with small frames so that lean lines
+and open records meet at frame edges, and in a cut gzip."""
 from __future__ import annotations
 
 import gzip
@@ -48,11 +49,16 @@ def _edge_lines() -> list[str]:
                     % (i, i), "'prompt_tokens': 5, 'completion_tokens': 7, 'e2e_latency': 0.5}}"]
         elif k == 7:  # spliced and cut batch lines
             out += [ts + B.replace("#token", "#tokn"), ts + B[:60], ts + "Decode batch, " + "x" * 30]
+        elif k == 8:  # rank tags without a column (into `extra`), with and without a field without one
+            tags = "[2025-09-01 10:00:%02d DP1 TP0 ATTN_CP2 MOE_DP1] " % (i % 60)
+            out += [tags + B, tags + B.replace("#queue-req", "largest-len: 4, #queue-req"), tags + A.format(i=i)]
     return out
 
 
 def _tables(paths, lean: bool, monkeypatch, frame_bytes: int | None = None) -> dict:
+    """The store with the lean lane and the batch layouts on, or with every line and field the generic way."""
     monkeypatch.setattr(sg, "LEAN", lean)
+    monkeypatch.setattr(sg, "FAST_BATCHES", lean)
     if frame_bytes:
         monkeypatch.setattr(lr, "FRAME_BYTES", frame_bytes)
     with stallscope.open(":memory:") as s:
