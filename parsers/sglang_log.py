@@ -393,11 +393,11 @@ def _lean_heads(leads: pl.Series, tz: str) -> pl.DataFrame:
     distinct heads per frame: no capture runs over them)."""
     u = pl.DataFrame({"_lead": leads.drop_nulls().unique()}).filter(pl.col("_lead").str.contains(_LEAN_HEAD))
     h = pl.col("_lead")
-    ms = h.str.slice(20, 1) == "."
+    u = u.with_columns((h.str.slice(20, 1) == ".").alias("_ms_f"))
+    ms = pl.col("_ms_f")
     num = lambda a, n: h.str.slice(a, n).cast(pl.Int64)  # noqa: E731
     u = u.with_columns(num(1, 4).alias("_Y"), num(6, 2).alias("_M"), num(9, 2).alias("_D"), num(12, 2).alias("_h"),
                        num(15, 2).alias("_mi"), num(18, 2).alias("_s"), pl.when(ms).then(num(21, 3)).alias("_ms"),
-                       ms.alias("_ms_f"),
                        h.str.slice(pl.when(ms).then(24).otherwise(20), h.str.len_bytes() - pl.when(ms).then(25)
                                    .otherwise(21)).alias("ranks"))
     u = u.with_columns(full_date_ns(u, "_Y", "_M", "_D", "_h", "_mi", "_s", "_ms", tz).alias("ts_ff")
@@ -423,12 +423,12 @@ def _lean_prepare(tz: str):
         d = df.select("line_no", "text", t.str.find("]", literal=True).alias("_c"))
         # The head's `]`, its space and the label (or `INFO: `) in one slice after the first `]` (a column: read
         # twice in one select, it was sliced twice).
-        d = d.with_columns(t.str.slice(c + 1, 15).alias("_s"))
-        s = pl.col("_s")
         ok = t.str.starts_with("[") & (c >= 20) & (c <= _HEAD_SLICE - 2)
         # ANSI codes and Ray dedup markers are unwrap's: lines holding either take the generic path.
         if d["text"].str.contains(_LEAN_ODD).any():
             ok = ok & ~t.str.contains(_LEAN_ODD)
+        d = d.with_columns(t.str.slice(c + 1, 15).alias("_s"), ok.alias("_ok"))
+        s, ok = pl.col("_s"), pl.col("_ok")
         k = d.select(pl.when(ok).then(s.replace_strict([" " + x[:14] for x in _FAST_LABELS],
                                                         range(1, len(_FAST_LABELS) + 1), default=0,
                                                         return_dtype=pl.Int8)).fill_null(0).alias("_lk"),
@@ -1094,8 +1094,10 @@ def _lean_access(ctx: ParseContext, lean: pl.DataFrame) -> int:
     a = lean.filter(pl.col("_lk") == _LK_ACCESS)
     if a.height == 0:
         return 0
-    q = pl.col("t").str.splitn('"', 3)
-    req = q.struct.field("field_1").str.splitn(" ", 3)
+    # The splits as columns (each read twice below: in one select, each read ran it again).
+    a = a.with_columns(pl.col("t").str.splitn('"', 3).alias("_q"))
+    a = a.with_columns(pl.col("_q").struct.field("field_1").str.splitn(" ", 3).alias("_r"))
+    q, req = pl.col("_q"), pl.col("_r")
     ctx.write("log_events", a.select(
         "line_no", pl.lit(1, pl.Int32).alias("line_count"), pl.col("ts_ff").alias("ts_ns"), pl.lit("INFO").alias("level"),
         pl.col("_ap").alias("process"), pl.lit("access").alias("kind"),
