@@ -421,12 +421,12 @@ def _lean_prepare(tz: str):
     def prepare(df: pl.DataFrame) -> pl.DataFrame:
         t, c = pl.col("text"), pl.col("_c")
         d = df.select("line_no", "text", t.str.find("]", literal=True).alias("_c"))
-        # The head's `]`, its space and the label (or `INFO: `) in one slice after the first `]` (a column: read
-        # twice in one select, it was sliced twice).
         ok = t.str.starts_with("[") & (c >= 20) & (c <= _HEAD_SLICE - 2)
         # ANSI codes and Ray dedup markers are unwrap's: lines holding either take the generic path.
         if d["text"].str.contains(_LEAN_ODD).any():
             ok = ok & ~t.str.contains(_LEAN_ODD)
+        # The head's `]`, its space and the label (or `INFO: `) in one slice after the first `]`; both as columns
+        # (each is read twice in one select below, which ran it twice).
         d = d.with_columns(t.str.slice(c + 1, 15).alias("_s"), ok.alias("_ok"))
         s, ok = pl.col("_s"), pl.col("_ok")
         k = d.select(pl.when(ok).then(s.replace_strict([" " + x[:14] for x in _FAST_LABELS],
