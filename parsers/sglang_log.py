@@ -17,6 +17,15 @@ matches are split at `, ` and sliced at known offsets, and lines of a shape the 
 its reason there. Everything else (other labels, SWA values, 0.1 layouts, lines no tried layout fits) goes to the
 generic reader, which finds each field by its key; `tests/test_sglang_fast.py` checks that both give the same tables.
 
+Lean lane: most of a long log is one-line batch and access records behind a plain dated head. `_lean_prepare` picks
+out, by literal tests at known offsets on the raw line, those the generic path would read as exactly that with
+nothing changed by unwrapping (no wrapper can start with a dated head; no ANSI code, no dedup marker), reads their
+heads once per distinct head text, and sends them past unwrapping, P_HEAD, the category chain, record formation and
+the per-record readers: batch lines by layout on the raw line, access lines at their quotes. `_lean_frames` keeps them
+beside the generic records of the same stretch of the file (a line after a one-line record starts a record; untimed
+records inherit the latest timed line of either). `LEAN = False` sends every line the generic way;
+`tests/test_sglang_lean.py` checks both give the same store.
+
 Times: `YYYY-MM-DD HH:MM:SS` is local time without zone (`--tz`, default UTC). 0.2.x-0.3.0 print only `HH:MM:SS`:
 the date then comes from another source in the store (the latest with an absolute clock: nearest date, so ±12 h
 coarse) or else the file's modification time (the last line is put at or before it), midnight roll-overs counted
@@ -29,6 +38,7 @@ import datetime as _dt
 import re
 from zoneinfo import ZoneInfo
 
+import numpy as np
 import polars as pl
 
 from .base import InputFile, ParseContext, Parser
@@ -37,7 +47,8 @@ from .prefixes import unwrap_text
 from .patterns import Pattern, Sample
 from .lines import ordered_map
 from .logrecords import (Deferred, ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
-                         note_rows, record_frames, BufferedWrites, span_of_times, with_body, write_config)
+                         note_rows, record_frames, BufferedWrites, span_of_times, with_body, write_config,
+                         RecordSplitter, collapse, dedup_note, line_frames, trim_trailing_blanks)
 
 VERSION = "1.0"
 NS_PER_S = 1_000_000_000
@@ -284,6 +295,12 @@ _TS_RX = r"(?P<ts>(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)"
 _FAST_LEAD = r"^(?P<lead>\[" + _TS_RX + r"(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\](?: |$))"
 _HEAD_SLICE = 120
 _LEAD_ONLY = r"^\[" + _TS_RX + r"(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\]$"
+# P_HEAD up to the head's `]` (`pre`), then its space or the line's end: the same match (a line holds no newline, so
+# `(?: (?P<msg>.*))?$` holds exactly where this does) without a capture over the whole message (slow per byte); the
+# message is the rest of the line after `pre` and its space.
+_P_HEAD_TAIL = r"(?: (?P<msg>.*))?$"
+assert P_HEAD.regex.startswith("^") and P_HEAD.regex.endswith(r"\]" + _P_HEAD_TAIL)
+_P_HEAD_CUT = "^(?P<pre>" + P_HEAD.regex[1:-len(_P_HEAD_TAIL)] + ")(?: |$)"
 _BATCH_START = (r"^(?:(?:\[gpu_id=\d+\] )?(?:Prefill|Decode) batch(?: \[\d+\])?[.,(]|new fill batch\. #seq: |"
                 r"#running-req: \d+, #token: )")
 _ACCESS_START = r'^INFO:\s+\S+ - "[A-Z]+ '
@@ -312,10 +329,13 @@ def _prepare(df: pl.DataFrame) -> pl.DataFrame:
     rare = df.filter(pl.col("ts").is_null())
     rare = rare.filter(t.str.contains(r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}"))
     if rare.height:
-        h = t.str.extract_groups(P_HEAD.regex)
-        f = h.struct.field
+        # The capture runs once (its struct as a column: in one select, each field read of it ran it again).
+        rare = rare.with_columns(t.str.extract_groups(_P_HEAD_CUT).alias("_h"))
+        f = pl.col("_h").struct.field
+        pre = f("pre").str.len_chars()
         rare = rare.select(
-            "line_no", f("ts").alias("ts"), f("ranks").alias("ranks"), f("msg").alias("hmsg"),
+            "line_no", f("ts").alias("ts"), f("ranks").alias("ranks"),
+            pl.when(t.str.len_chars() > pre).then(t.str.slice(pre + 1)).alias("hmsg"),
             pl.when(f("actor").is_not_null()).then(pl.concat_str(
                 [f("actor"), pl.lit(" pid="), f("pid"), pl.when(f("ip").is_not_null()).then(pl.lit(", ip=") + f("ip"))],
                 ignore_nulls=True)).alias("process"),
@@ -344,6 +364,128 @@ def _flag(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(((pl.col("cat") != "cont") | single.shift(1).fill_null(False)).alias("start"))
 
 
+# -- the lean lane ---------------------------------------------------------------------------------------------------
+# Most of a long log is one-line batch and access records behind a plain dated head. `_lean_prepare` picks out the
+# lines the generic path would read as exactly that, by literal tests at known offsets on the raw line, and sends
+# them past unwrapping, P_HEAD, the category chain, record formation and the per-record readers: their head (time,
+# rank tags) is read once per distinct head text, batch lines by layout (`_fast_batches` on the raw line) and access
+# lines by their quotes. `_lean_frames` keeps them beside the generic records of the same stretch of the file, for
+# the start flags (the line after a one-line record starts one) and the times untimed records inherit.
+LEAN = True  # tests turn it off to check that the generic path gives the same store
+_LK_ACCESS = 5  # `_lk` of a lean access line; 1-4 are the batch labels of _FAST_LABELS
+# A plain dated head in ASCII (its characters are bytes, so `str.find` offsets are character offsets too).
+_LEAN_HEAD = (r"^\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{3})?(?: (?:" + RANK_TAGS
+              + r")[0-9]+)*\]$")
+# An access line P_ACCESS reads whole, with client, method, path and version free of spaces and quotes (so the
+# line's first `"` opens the request and its second closes it) and ASCII digits in the status.
+_LEAN_ACCESS = r'^\[[^\]]*\] INFO: +[!#-~]+ - "[A-Z]+ [!#-~]+ HTTP/[0-9.]+"(?: [0-9]{3}(?: .*)?)?$'
+_LEAN_ODD = r"\x1b|across cluster\]"
+# What the generic path keeps of a line (`_prepare`), and what the lean lane does.
+_REST_COLS = ["line_no", "wrap", "t", "dedup", "ts", "ranks", "process", "debris", "msg1", "blank", "cat", "_pl"]
+_LEAN_COLS = ["line_no", "t", "_c", "_lk", "ts_ff", "_ms", "ranks", "tp_rank", "dp_rank", "ep_rank", "pp_rank", "_xr",
+              "_ap"]
+
+
+def _lean_heads(leads: pl.Series, tz: str) -> pl.DataFrame:
+    """Per distinct head text of the lean candidates: what `_prepare` and `_times` read from it (time, rank tags,
+    and the rank columns and `process` the batch and access readers derive), for plain dated heads in ASCII that
+    give a time; other heads are left out (their lines take the generic path). A head `_LEAN_HEAD` holds has its
+    fields at known offsets (`[YYYY-MM-DD HH:MM:SS(.mmm)( TAGn)*]`): read by slicing (a real log has thousands of
+    distinct heads per frame: no capture runs over them)."""
+    u = pl.DataFrame({"_lead": leads.drop_nulls().unique()}).filter(pl.col("_lead").str.contains(_LEAN_HEAD))
+    h = pl.col("_lead")
+    u = u.with_columns((h.str.slice(20, 1) == ".").alias("_ms_f"))
+    ms = pl.col("_ms_f")
+    num = lambda a, n: h.str.slice(a, n).cast(pl.Int64)  # noqa: E731
+    u = u.with_columns(num(1, 4).alias("_Y"), num(6, 2).alias("_M"), num(9, 2).alias("_D"), num(12, 2).alias("_h"),
+                       num(15, 2).alias("_mi"), num(18, 2).alias("_s"), pl.when(ms).then(num(21, 3)).alias("_ms"),
+                       h.str.slice(pl.when(ms).then(24).otherwise(20), h.str.len_bytes() - pl.when(ms).then(25)
+                                   .otherwise(21)).alias("ranks"))
+    u = u.with_columns(full_date_ns(u, "_Y", "_M", "_D", "_h", "_mi", "_s", "_ms", tz).alias("ts_ff")
+                       ).filter(pl.col("ts_ff").is_not_null())
+    # Per distinct rank-tag string (a log has a handful): the rank columns, the other tags and `process`.
+    rk = pl.DataFrame(_rank_table(u["ranks"]), schema={"ranks": pl.String, **{c: pl.Int32 for c in (
+        "tp_rank", "dp_rank", "ep_rank", "pp_rank")}, "extra": pl.String})
+    rk = rk.select("ranks", "tp_rank", "dp_rank", "ep_rank", "pp_rank", pl.col("extra").fill_null("").alias("_xr"),
+                   pl.lit(None, pl.String).alias("process")).with_columns(_process().alias("_ap")).drop("process")
+    return u.select("_lead", "ts_ff", pl.col("_ms_f").alias("_ms"), "ranks").join(rk, on="ranks", how="left")
+
+
+def _lean_prepare(tz: str):
+    """`prepare` for `logrecords.line_frames`: a frame's lines as the generic path's prepared lines (`_prepare`)
+    followed by its lean lines (`_LEAN_COLS`, `_lk` > 0). A lean line is one the generic path reads as a one-line
+    batch or access record with nothing changed by unwrapping: a dated ASCII head at the line start (no wrapper
+    can start with one), no ANSI code, no Ray dedup marker. `_pl` marks a generic line that follows a lean one
+    (the frame's first line: the previous frame's last line; frames come in file order)."""
+    prev = [False]
+
+    def prepare(df: pl.DataFrame) -> pl.DataFrame:
+        t, c = pl.col("text"), pl.col("_c")
+        d = df.select("line_no", "text", t.str.find("]", literal=True).alias("_c"))
+        ok = t.str.starts_with("[") & (c >= 20) & (c <= _HEAD_SLICE - 2)
+        # ANSI codes and Ray dedup markers are unwrap's: lines holding either take the generic path.
+        if d["text"].str.contains(_LEAN_ODD).any():
+            ok = ok & ~t.str.contains(_LEAN_ODD)
+        # The head's `]`, its space and the label (or `INFO: `) in one slice after the first `]`; both as columns
+        # (each is read twice in one select below, which ran it twice).
+        d = d.with_columns(t.str.slice(c + 1, 15).alias("_s"), ok.alias("_ok"))
+        s, ok = pl.col("_s"), pl.col("_ok")
+        k = d.select(pl.when(ok).then(s.replace_strict([" " + x[:14] for x in _FAST_LABELS],
+                                                        range(1, len(_FAST_LABELS) + 1), default=0,
+                                                        return_dtype=pl.Int8)).fill_null(0).alias("_lk"),
+                     (ok & s.str.starts_with(" INFO: ")).fill_null(False).alias("_a"))
+        lk = k["_lk"].to_numpy().copy()
+        ia = np.flatnonzero(k["_a"].to_numpy())
+        if len(ia):
+            # The access regex runs only on lines that start like one.
+            lk[ia[d["text"].gather(ia).str.contains(_LEAN_ACCESS).to_numpy()]] = _LK_ACCESS
+        d = d.select("line_no", "text", "_c", pl.Series("_lk", lk, dtype=pl.Int8))
+        d = d.with_columns(pl.when(pl.col("_lk") > 0).then(t.str.head(c + 1)).alias("_lead"))
+        d = d.join(_lean_heads(d["_lead"], tz), on="_lead", how="left", maintain_order="left")
+        mask = d.select(((pl.col("_lk") > 0) & pl.col("ts_ff").is_not_null()).alias("m"))["m"]
+        after = mask.shift(1, fill_value=prev[0])
+        if len(mask):
+            prev[0] = bool(mask[-1])
+        lean = d.filter(mask).rename({"text": "t"}).select(_LEAN_COLS)
+        rest = _prepare(df.filter(~mask)).with_columns(after.filter(~mask).alias("_pl"), pl.lit(0, pl.Int8).alias("_lk"))
+        return pl.concat([rest, lean], how="diagonal") if lean.height else rest
+
+    return prepare
+
+
+def _lean_flag(df: pl.DataFrame) -> pl.DataFrame:
+    """`_flag` for the generic lines of a frame whose lean lines are elsewhere: a line right after a lean line
+    (a one-line record) starts a record too."""
+    single = pl.col("cat").is_in(["batch", "access", "tqdm"])
+    return df.with_columns(((pl.col("cat") != "cont") | single.shift(1).fill_null(False) | pl.col("_pl"))
+                           .alias("start"))
+
+
+def _lean_frames(ctx: ParseContext):
+    """(physical lines of whole generic records, the records, the lean lines of the same stretch of the file),
+    frame by frame in file order: `logrecords.record_frames` for a frame split in two. A frame whose last line is
+    lean closes every record in it (the next frame's first line starts one), so its lean lines never wait for a
+    record still open; otherwise the open record waits for the next frame, after all of this frame's lean lines."""
+    splitter = RecordSplitter(_lean_flag)
+    markers = folded = 0
+    st_tz = check_zone(ctx.options.tz)
+    for frame, last in line_frames(ctx, _lean_prepare(st_tz)):
+        n_lean = int((frame["_lk"] > 0).sum())
+        k = frame.height - n_lean
+        rest = frame.slice(0, k).select(_REST_COLS)
+        lean = frame.slice(k).select(_LEAN_COLS) if n_lean else None
+        done = last or (n_lean > 0 and (k == 0 or lean["line_no"][-1] > rest["line_no"][-1]))
+        lines = splitter.feed(rest, done)
+        d = lines["dedup"].drop_nulls()
+        if d.len():
+            markers, folded = markers + d.len(), folded + int(d.sum())
+        lines, blanks = trim_trailing_blanks(lines)
+        ctx.counts.skipped += blanks
+        yield lines, collapse(lines), lean
+    if markers:
+        ctx.notes.append(dedup_note(markers, folded))
+
+
 def _tod_ns(ts: pl.Expr) -> pl.Expr:
     m = ts.str.extract_groups(r"(?P<h>\d{2}):(?P<m>\d{2}):(?P<s>\d{2})(?:\.(?P<ms>\d{3}))?$")
     i = pl.Int64
@@ -367,18 +509,24 @@ class _State:
         self.debris_lines = 0
 
 
-def _times(recs: pl.DataFrame, st: _State) -> pl.DataFrame:
-    """Adds ts_ns (absolute, or relative for time-only heads) and ts_ff (forward-filled) to records in file order."""
+def _abs_ns(u: pl.DataFrame, tz: str) -> pl.Series:
+    """Epoch ns of each dated `ts` of `u` (local time in `tz`; NULL for time-only or impossible ones)."""
+    parts = pl.col("ts").str.extract_groups(r"^(?P<Y>\d{4})-(?P<M>\d{2})-(?P<D>\d{2}) (?P<h>\d{2}):(?P<mi>\d{2}):"
+                                            r"(?P<s>\d{2})(?:\.(?P<ms>\d{3}))?$")
+    u = u.select(*[parts.struct.field(k).cast(pl.Int64, strict=False).alias(f"_{k}")
+                   for k in ("Y", "M", "D", "h", "mi", "s", "ms")])
+    return full_date_ns(u, "_Y", "_M", "_D", "_h", "_mi", "_s", "_ms", tz)
+
+
+def _times(recs: pl.DataFrame, st: _State, lean: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Adds ts_ns (absolute, or relative for time-only heads) and ts_ff (forward-filled) to records in file order.
+    `lean`: the one-line records of the same stretch of the file read by the lean lane (`_lean_prepare`: dated,
+    their `ts_ff` their own time), which untimed records may inherit from."""
     ts = pl.col("ts")
     full = ts.str.len_chars() >= 19
-    parts = ts.str.extract_groups(r"^(?P<Y>\d{4})-(?P<M>\d{2})-(?P<D>\d{2}) (?P<h>\d{2}):(?P<mi>\d{2}):(?P<s>\d{2})"
-                                  r"(?:\.(?P<ms>\d{3}))?$")
     # Computed once per distinct timestamp (1 s resolution: many lines share one).
     u = recs.select(ts.drop_nulls().unique())
-    u = u.with_columns(*[parts.struct.field(k).cast(pl.Int64, strict=False).alias(f"_{k}")
-                         for k in ("Y", "M", "D", "h", "mi", "s", "ms")])
-    u = u.with_columns(full_date_ns(u, "_Y", "_M", "_D", "_h", "_mi", "_s", "_ms", st.tz).alias("_abs"),
-                       pl.when(~full).then(_tod_ns(ts)).alias("_tod"))
+    u = u.with_columns(_abs_ns(u, st.tz).alias("_abs"), pl.when(~full).then(_tod_ns(ts)).alias("_tod"))
     # A log has dated or time-only heads, rarely both: the lookup that would give only NULLs is skipped.
     recs = recs.with_columns(*[(ts.replace_strict(u["ts"], u[k], default=None, return_dtype=pl.Int64)
                                 if u[k].is_not_null().any() else pl.lit(None, pl.Int64)).alias(k)
@@ -402,6 +550,8 @@ def _times(recs: pl.DataFrame, st: _State) -> pl.DataFrame:
     else:
         recs = recs.with_columns(pl.lit(None, pl.Int64).alias("_rel"))
     recs = recs.with_columns(pl.coalesce("_abs", "_rel").alias("ts_ns"))
+    if lean is not None and lean.height:
+        return _times_with_lean(recs.drop("_abs", "_tod", "_rel"), st, lean)
     ff = pl.col("ts_ns").forward_fill()
     if st.last_ts is not None:
         ff = ff.fill_null(st.last_ts)
@@ -410,6 +560,38 @@ def _times(recs: pl.DataFrame, st: _State) -> pl.DataFrame:
     if got.len():
         st.last_ts = int(got[-1])
     return recs.drop("_abs", "_tod", "_rel")
+
+
+def _times_with_lean(recs: pl.DataFrame, st: _State, lean: pl.DataFrame) -> pl.DataFrame:
+    """ts_ff of records interleaved with lean lines: an untimed record inherits the time of the latest timed line
+    before it, a timed record or a lean line, whichever comes later in the file (numpy over the line numbers;
+    both are in file order)."""
+    st.abs_rows += lean.height
+    st.ms = st.ms or bool(lean["_ms"].any())
+    l_ln = lean["line_no"].to_numpy()
+    l_ts = lean["ts_ff"].to_numpy()
+    if recs.height == 0:
+        st.last_ts = int(l_ts[-1])
+        return recs.with_columns(pl.lit(None, pl.Int64).alias("ts_ff"))
+    r_ln = recs["line_no"].to_numpy()
+    r_ts = recs["ts_ns"]
+    timed = r_ts.is_not_null().to_numpy()
+    vals = r_ts.fill_null(0).to_numpy()
+    i = np.arange(len(r_ln))
+    last = np.maximum.accumulate(np.where(timed, i, -1))  # the latest timed record at or before each
+    j = np.searchsorted(l_ln, r_ln) - 1  # the latest lean line before each
+    rec_line = np.where(last >= 0, r_ln[np.maximum(last, 0)], -1)
+    lean_line = np.where(j >= 0, l_ln[np.maximum(j, 0)], -1)
+    inherit = np.where(lean_line > rec_line, l_ts[np.maximum(j, 0)], vals[np.maximum(last, 0)])
+    known = timed | (last >= 0) | (j >= 0) | (st.last_ts is not None)
+    ff = np.where(timed, vals, np.where((last >= 0) | (j >= 0), inherit, st.last_ts or 0))
+    recs = recs.with_columns(pl.when(pl.Series(known)).then(pl.Series(ff, dtype=pl.Int64)).alias("ts_ff"))
+    # The latest timed line of this stretch: its last lean line or its last timed record.
+    if timed.any() and r_ln[last[-1]] > l_ln[-1]:
+        st.last_ts = int(vals[last[-1]])
+    else:
+        st.last_ts = int(l_ts[-1])
+    return recs
 
 
 # Keys that end another key ("token usage" ends "full token usage") need the separator before them in a search.
@@ -505,36 +687,53 @@ def _cut_rx(line: str, label: str) -> str | None:
             + _rx_escape(tail) + "$")
 
 
-def _fast_batches(b: pl.DataFrame) -> tuple[tuple, pl.DataFrame]:
+def _fast_batches(b: pl.DataFrame, lean: bool = False) -> tuple[tuple, pl.DataFrame]:
     """Batch lines read by layout: per label the first line's key list gives a validating regex
     (no captures); the lines it matches are split at `, ` and each field sliced at its known offset; lines of a
     shape the generic reader rejects whole (an unknown or missing field) get its reason here. Returns
     ((engine_batches rows or None, lines read, of which with tqdm debris, rejects or None), the records left for
-    the generic reader)."""
-    # The labels' first 14 characters tell them apart; the space after `Prefill batch,` is checked by the regexes.
-    lab = pl.col("msg1").str.head(14).replace_strict([x[:14] for x in _FAST_LABELS], range(1, len(_FAST_LABELS) + 1),
-                                                     default=0, return_dtype=pl.Int8)
-    # Rank tags per distinct tag string (a log has a handful), once for all the frame's layouts.
-    rk = _rank_table(b["ranks"])
-    ranks = pl.col("ranks").fill_null("")
-    b = b.with_columns(lab.alias("_lk"), *[
-        ranks.replace_strict(rk["ranks"], rk[col], default=None, return_dtype=pl.Int32).alias(col)
-        for col in ("tp_rank", "dp_rank", "ep_rank", "pp_rank")],
-        ranks.replace_strict(rk["ranks"], rk["extra"], default=None, return_dtype=pl.String).fill_null("").alias("_xr"))
+    the generic reader). `lean`: lean lines (`_LEAN_COLS`: label, rank columns and head end known), read on the
+    raw line behind its head."""
+    text = "t" if lean else "msg1"
+    if not lean:
+        # The labels' first 14 characters tell them apart; the space after `Prefill batch,` is checked by the
+        # regexes.
+        lab = pl.col("msg1").str.head(14).replace_strict([x[:14] for x in _FAST_LABELS],
+                                                         range(1, len(_FAST_LABELS) + 1), default=0, return_dtype=pl.Int8)
+        # Rank tags per distinct tag string (a log has a handful), once for all the frame's layouts.
+        rk = _rank_table(b["ranks"])
+        ranks = pl.col("ranks").fill_null("")
+        b = b.with_columns(lab.alias("_lk"), *[
+            ranks.replace_strict(rk["ranks"], rk[col], default=None, return_dtype=pl.Int32).alias(col)
+            for col in ("tp_rank", "dp_rank", "ep_rank", "pp_rank")],
+            ranks.replace_strict(rk["ranks"], rk["extra"], default=None, return_dtype=pl.String).fill_null("")
+            .alias("_xr"))
     rest, outs, bad, n, debris = [], [], [], 0, 0
     for (lk,), rows in sorted(b.partition_by("_lk", as_dict=True).items()):
         if lk == 0:
             rest.append(rows)
             continue
         label = _FAST_LABELS[lk - 1]
-        # A line that fails another layout's regex fails it within a few fields: trying several costs little.
+        # A line that fails another layout's regex fails it within a few fields: trying several costs little. The
+        # layouts of a sample of the lines are tried first, the most common first (each regex pass costs about a
+        # pass over the bytes of the lines still unread); then the first unread line's, one after another.
         tries = skips = 0
+        planned = _common_layouts(rows, label, lean)
         while rows.height and tries < _FAST_TRIES and skips < _FAST_SKIPS:
-            first = rows["msg1"][0]
-            keys = _layout_keys(first, label)
-            rx = _layout_rx(label, keys) if keys else _cut_rx(first, label)
-            hit = rows["msg1"].str.contains(rx) if rx else None
-            if hit is None or not hit[0]:
+            if planned:
+                first, keys = None, planned.pop(0)
+                rx = _layout_rx(label, keys)
+            else:
+                first = rows[text][0][rows["_c"][0] + 2:] if lean else rows["msg1"][0]
+                keys = _layout_keys(first, label)
+                rx = _layout_rx(label, keys) if keys else _cut_rx(first, label)
+            if rx and lean:
+                rx = r"^[^\]]*\] " + rx[1:]  # the head: up to the line's first `]` (it holds no other)
+            hit = rows[text].str.contains(rx) if rx else None
+            if first is None:
+                if not hit.any():
+                    continue
+            elif hit is None or not hit[0]:
                 # A line whose fields do not parse as `key: value` pairs (spliced, mangled): it alone goes generic.
                 rest.append(rows.head(1))
                 rows = rows.slice(1)
@@ -546,20 +745,41 @@ def _fast_batches(b: pl.DataFrame) -> tuple[tuple, pl.DataFrame]:
             rows = rows.clear() if every else rows.filter(~hit)
             need = "#running-req" if label.startswith("Decode") else "#new-token"
             if keys and need in keys and all(k in KNOWN_KEYS for k in keys):
-                outs.append(_fast_rows(got, label, keys))
-                n += int(got["line_count"].sum())
-                debris += int(got["debris"].sum())
+                outs.append(_fast_rows(got, label, keys, lean))
+                n += got.height if lean else int(got["line_count"].sum())
+                debris += 0 if lean else int(got["debris"].sum())
                 continue
             why = _layout_reason(label, keys or _layout_keys(first.rpartition(", ")[0], label), need, bool(keys))
-            if why is None or int(got["line_count"].max()) > 1:
+            if why is None or (not lean and int(got["line_count"].max()) > 1):
                 rest.append(got)  # the generic reader gives their reason
             else:
                 bad.append(got.select("line_no", pl.lit(why).alias("reason"), pl.col("t").alias("raw")))
         rest.append(rows)
     rest = [r for r in rest if r.height]
-    rest = (pl.concat(rest) if rest else b.clear()).drop("_lk", "tp_rank", "dp_rank", "ep_rank", "pp_rank", "_xr")
+    rest = pl.concat(rest) if rest else b.clear()
+    if not lean:
+        rest = rest.drop("_lk", "tp_rank", "dp_rank", "ep_rank", "pp_rank", "_xr")
     bad = pl.concat(bad) if bad else None
-    return ((pl.concat(outs) if len(outs) > 1 else outs[0]) if outs else None, n, debris, bad), rest
+    return (_fast_finish(outs) if outs else None, n, debris, bad), rest
+
+
+_SAMPLE = 64  # lines per label and frame whose layouts are tried first
+
+
+def _common_layouts(rows: pl.DataFrame, label: str, lean: bool) -> list[list[str]]:
+    """The key lists of evenly spaced sample lines (those whose fields are `key: value` pairs), most common first."""
+    n = rows.height
+    idx = sorted({i * (n - 1) // (_SAMPLE - 1) for i in range(_SAMPLE)}) if n > _SAMPLE else list(range(n))
+    sample = rows[idx]
+    texts = sample["t" if lean else "msg1"].to_list()
+    if lean:
+        texts = [x[c + 2:] for x, c in zip(texts, sample["_c"].to_list())]
+    seen: dict[tuple, int] = {}
+    for x in texts:
+        keys = _layout_keys(x, label)
+        if keys:
+            seen[tuple(keys)] = seen.get(tuple(keys), 0) + 1
+    return [list(k) for k, _ in sorted(seen.items(), key=lambda kv: -kv[1])][:_FAST_TRIES]
 
 
 def _layout_reason(label: str, keys: list[str] | None, need: str, whole: bool) -> str | None:
@@ -576,35 +796,57 @@ def _layout_reason(label: str, keys: list[str] | None, need: str, whole: bool) -
     return f"{name} line without {need}; not read" if need not in keys else None
 
 
-def _fast_rows(g: pl.DataFrame, label: str, keys: list[str]) -> pl.DataFrame:
-    """engine_batches rows of lines that matched `_layout_rx(label, keys)`: the same values `_batch_rows` reads."""
+def _fast_rows(g: pl.DataFrame, label: str, keys: list[str], lean: bool = False) -> pl.DataFrame:
+    """The values of lines that matched `_layout_rx(label, keys)`, as text, one column per key with a column
+    (`v:` + key; a layout's fields without one joined in `_rest`), beside the line's own columns; `_fast_finish`
+    reads the frame's layouts into engine_batches rows at once (few expressions per layout: each costs a fixed
+    ~30 us). `lean`: the raw lines (the head, which holds no `, `, ends at `_c` + 2)."""
     comma = label.endswith(", ")
     n = len(keys)
-    parts = pl.col("msg1").str.splitn(", ", n + 1 if comma else n)
-    f64, i32, s = pl.Float64, pl.Int32, pl.String
+    parts = pl.col("t" if lean else "msg1").str.splitn(", ", n + 1 if comma else n)
+    unmapped = [k for k in keys if k not in MAPPED_KEYS]
+    if unmapped:
+        # The split as a column: read inside `_rest`'s concat_str too, it ran again per read (2 -> 1 us a line).
+        g = g.with_columns(parts.alias("_sp"))
+        parts = pl.col("_sp")
 
-    def val(key: str) -> pl.Expr | None:
-        if key not in keys:
-            return None
+    def val(key: str) -> pl.Expr:
         j = keys.index(key)
-        e = parts.struct.field(f"field_{j + 1 if comma else j}").str.slice(
-            len(key) + 2 + (0 if comma or j else len(label)))
+        f = parts.struct.field(f"field_{j + 1 if comma else j}")
+        if lean and not comma and not j:  # the head, the label and the first key
+            e = f.str.slice(pl.col("_c") + (2 + len(label) + len(key) + 2))
+        else:  # the field is its key, `: ` and its value (after the label for the first of a `.` label)
+            e = f.str.strip_prefix(("" if comma or j else label) + key + ": ")
         return e.str.strip_chars_end(", \t") if j == n - 1 else e
 
+    rest = [pl.concat_str([pl.lit(k + ": ") + val(k) for k in unmapped], separator=", ").alias("_rest")] if unmapped else []
+    return g.select("line_no", "ts_ff", pl.lit("prefill" if label.startswith("Prefill") else "decode").alias("kind"),
+                    "tp_rank", "dp_rank", "ep_rank", "pp_rank", "_xr",
+                    pl.lit(None, pl.String).alias("process") if lean else pl.col("process"),
+                    *[val(k).alias("v:" + k) for k in dict.fromkeys(keys) if k in MAPPED_KEYS], *rest)
+
+
+def _fast_finish(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """engine_batches rows from `_fast_rows` frames: the same values `_batch_rows` reads."""
+    v = pl.concat(parts, how="diagonal_relaxed") if len(parts) > 1 else parts[0]
+    f64, i32 = pl.Float64, pl.Int32
+    have = set(v.columns)
+
     def first(*ks: str) -> pl.Expr:
-        es = [e for e in map(val, ks) if e is not None]
-        return (pl.coalesce(es) if len(es) > 1 else es[0]) if es else pl.lit(None, s)
+        es = [pl.col("v:" + k) for k in ks if "v:" + k in have]
+        return (pl.coalesce(es) if len(es) > 1 else es[0]) if es else pl.lit(None, pl.String)
 
     extra_ranks = pl.col("_xr")
-    unmapped = [k for k in keys if k not in MAPPED_KEYS]
-    rest = (pl.concat_str([pl.lit(k + ": ") + val(k) for k in unmapped], separator=", ") if unmapped
-            else pl.lit(""))
-    extra = pl.concat_str([pl.when(extra_ranks != "").then(extra_ranks), pl.when(rest != "").then(rest)],
-                          separator=", ", ignore_nulls=True)
+    rest = pl.col("_rest").fill_null("") if "_rest" in have else pl.lit("")
+    if (v["_xr"] != "").any():
+        extra = pl.concat_str([pl.when(extra_ranks != "").then(extra_ranks), pl.when(rest != "").then(rest)],
+                              separator=", ", ignore_nulls=True)
+        extra = pl.when(extra != "").then(extra)
+    else:  # no other rank tags in the frame (the common case): `extra` is the fields without a column, if any
+        extra = pl.col("_rest") if "_rest" in have else pl.lit(None, pl.String)
     graph = first("cuda graph", "npu graph", "cpu graph")
     cols = {
-        "line_no": pl.col("line_no"), "ts_ns": pl.col("ts_ff"),
-        "kind": pl.lit("prefill" if label.startswith("Prefill") else "decode"),
+        "line_no": pl.col("line_no"), "ts_ns": pl.col("ts_ff"), "kind": pl.col("kind"),
         **{col: pl.col(col) for col in ("tp_rank", "dp_rank", "ep_rank", "pp_rank")},
         **{c: first(k).cast(i32, strict=False) for k, c in INT_FIELDS},
         "token_usage": first("full token usage", "token usage").cast(f64, strict=False),
@@ -612,9 +854,9 @@ def _fast_rows(g: pl.DataFrame, label: str, keys: list[str]) -> pl.DataFrame:
         **{c: first(k).str.strip_suffix("%").cast(f64, strict=False) for k, c in FLOAT_FIELDS},
         "cuda_graph": pl.when(graph.is_not_null()).then(graph == "True"),
         "forward_iter": pl.lit(None, pl.Int64), "process": pl.col("process"),
-        "extra": pl.when(extra != "").then(extra),
+        "extra": extra,
     }
-    return g.select(*[cols[c].alias(c) for c in _BATCH_COLS])
+    return v.select(*[cols[c].alias(c) for c in _BATCH_COLS])
 
 
 def _generic_batches(ctx: ParseContext, lines: pl.DataFrame, b: pl.DataFrame, st: _State
@@ -820,6 +1062,53 @@ def _access(ctx: ParseContext, recs: pl.DataFrame) -> int:
     return int(a["line_count"].sum())
 
 
+def _lean_batches(ctx: ParseContext, lean: pl.DataFrame, st: _State) -> int:
+    """engine_batches rows (and rejects) of lean batch lines: by layout (`_fast_batches`), the rest by the generic
+    reader as the one-line records they are. Returns lines parsed."""
+    b = lean.filter(pl.col("_lk") < _LK_ACCESS)
+    if b.height == 0:
+        return 0
+    parts, n = [], 0
+    if FAST_BATCHES:
+        (out, n, _, bad), b = _fast_batches(b, lean=True)
+        if out is not None:
+            parts.append(out)
+        if bad is not None:
+            ctx.write_rejects(bad.to_arrow())
+            st.rejected_batches += bad.height
+    if b.height:
+        recs = b.select("line_no", pl.col("line_no").alias("gid"), pl.col("t").str.slice(pl.col("_c") + 2).alias("msg1"),
+                        "ts_ff", "ranks", pl.lit(None, pl.String).alias("process"), pl.lit(False).alias("debris"),
+                        pl.lit(1, pl.Int64).alias("line_count"), "t")
+        out, k = _generic_batches(ctx, recs.select("line_no", "gid", "t"), recs, st)
+        if out is not None:
+            parts.append(out)
+        n += k
+    if parts:
+        ctx.write("engine_batches", pl.concat(parts).sort("line_no") if len(parts) > 1 else parts[0])
+    return n
+
+
+def _lean_access(ctx: ParseContext, lean: pl.DataFrame) -> int:
+    """log_events rows of lean access lines (`_LEAN_ACCESS`): the request is between the line's first two quotes,
+    the status right after them; the same values `_access` reads with P_ACCESS."""
+    a = lean.filter(pl.col("_lk") == _LK_ACCESS)
+    if a.height == 0:
+        return 0
+    # The splits as columns (each read twice below: in one select, each read ran it again).
+    a = a.with_columns(pl.col("t").str.splitn('"', 3).alias("_q"))
+    a = a.with_columns(pl.col("_q").struct.field("field_1").str.splitn(" ", 3).alias("_r"))
+    q, req = pl.col("_q"), pl.col("_r")
+    ctx.write("log_events", a.select(
+        "line_no", pl.lit(1, pl.Int32).alias("line_count"), pl.col("ts_ff").alias("ts_ns"), pl.lit("INFO").alias("level"),
+        pl.col("_ap").alias("process"), pl.lit("access").alias("kind"),
+        pl.col("t").str.slice(pl.col("_c") + 2, MSG_MAX).alias("message"),
+        req.struct.field("field_0").alias("http_method"), req.struct.field("field_1").alias("http_path"),
+        q.struct.field("field_2").str.slice(1, 3).cast(pl.Int32, strict=False).alias("http_status"),
+        pl.lit("uvicorn.access").alias("target")))
+    return a.height
+
+
 def _finish(ctx: ParseContext, recs: pl.DataFrame, st: _State) -> pl.DataFrame:
     """`Finish:` records → requests + request_events; returns the records it did not take."""
     body = pl.concat_str([pl.col("msg1"), pl.col("cont").str.replace_all("\n", "", literal=True)], ignore_nulls=True)
@@ -942,10 +1231,13 @@ def _anchor_time_only(ctx: ParseContext, st: _State) -> str:
             f"counted in file order; local time read as {tz}; 1 s resolution")
 
 
-def _work(ctx: ParseContext, tz: str, lines: pl.DataFrame, recs: pl.DataFrame) -> tuple[Deferred, _State]:
+def _work(ctx: ParseContext, tz: str, lines: pl.DataFrame, recs: pl.DataFrame, lean: pl.DataFrame | None = None
+          ) -> tuple[Deferred, _State]:
     """One frame's rows, written to a `Deferred` context, with a state of its own (request index from 0, its config
     rows and reject counts), merged in file order by the parser."""
     d, st = Deferred(ctx), _State(tz)
+    if lean is not None:
+        d.counts.parsed += _lean_batches(d, lean, st) + _lean_access(d, lean)
     tq = recs.filter(pl.col("cat") == "tqdm")
     d.counts.skipped += int(tq["line_count"].sum()) if tq.height else 0
     d.counts.parsed += _batches(d, lines, recs, st)
@@ -972,6 +1264,10 @@ class SglangLogParser(Parser):
         # Times carry from frame to frame (forward fill, midnight roll-overs): read here, in file order. The rest of
         # a frame's work is pure (`_work`, two frames at once on two threads); its rows are written here in order.
         def timed():
+            if LEAN:
+                for lines, recs, lean in _lean_frames(ctx):
+                    yield lines, _times(recs, st, lean), lean
+                return
             for lines, recs in record_frames(ctx, _flag, _prepare):
                 yield lines, _times(recs, st)
 
