@@ -79,7 +79,7 @@ P_HEAD = Pattern(
     "sglang_head",
     r"^(?:\((?P<actor>[A-Za-z_]\w*) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[0-9.]+))?\)\s*)?(?P<debris>.*?)"
     r"\[(?P<ts>(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\]"
-    r"(?: (?P<msg>.*))?$",
+    r"(?:\[(?P<src>[A-Za-z0-9_.-]+:\d+)\]\[(?P<level>[A-Z]+)\]:)?(?: (?P<msg>.*))?$",
     (Sample("[2024-11-29 10:28:25 TP0] Prefill batch.", {"ts": "2024-11-29 10:28:25", "ranks": " TP0", "debris": ""},
             _F_CHUNK),
      Sample("[04:40:55 TP0] Decode batch.", {"ts": "04:40:55", "ranks": " TP0"}, _F_HHMMSS),
@@ -92,9 +92,14 @@ P_HEAD = Pattern(
             {"debris": "  0%|                                                                            ",
              "ts": "2026-05-28 02:59:50"}, _F_TQDM),
      Sample("(SGLangEngine pid=41820) [2025-09-01 10:00:00 DP1 TP0] Decode batch, #running-req: 3",
-            {"actor": "SGLangEngine", "pid": "41820", "ranks": " DP1 TP0"})),
+            {"actor": "SGLangEngine", "pid": "41820", "ranks": " DP1 TP0"}),
+     # A logging config of the user's (SGLANG_LOGGING_CONFIG_PATH), as in sglang issue 22877.
+     Sample("[2026-04-15 17:13:10][scheduler_metrics_mixin.py:424][INFO]: Prefill batch, #new-seq: 1",
+            {"ts": "2026-04-15 17:13:10", "ranks": "", "src": "scheduler_metrics_mixin.py:424", "level": "INFO",
+             "msg": "Prefill batch, #new-seq: 1"})),
     doc="`[asctime{ rank tags}] message`: date optional (0.2.x-0.3.0 print HH:MM:SS only), `.mmm` with SGLANG_LOG_MS, "
-        "rank tags in any order; an optional Ray actor prefix; `debris` must be empty or tqdm output glued in front.",
+        "rank tags in any order; `[file:line][LEVEL]:` after it where a logging config adds them; an optional Ray "
+        "actor prefix; `debris` must be empty or tqdm output glued in front.",
 )
 P_BATCH = Pattern(
     "sglang_batch",
@@ -145,17 +150,56 @@ TERMINAL_KEYS = ["#queue-req", "input throughput (token/s)", "#transferring-req"
                  "est. write BW (GB/s per GPU)", "fwd occupancy", "cuda graph", "npu graph", "cpu graph"]
 
 
+# Fields every line of a label prints, in every version (what the real samples' layouts share; either spelling of a
+# hybrid model's). A line with all of them and a key this parser does not know carries a newer or forked SGLang's
+# field (sglang-jax prints `#cache_miss: 1`): read, the field kept in `extra`. A line that misses one of them and
+# holds an unknown key is two lines run together (`#cached-tounning-req` = `#cached-to…` + `…unning-req`): rejected.
+CORE_KEYS = {"Prefill": (("#new-seq",), ("#new-token",), ("#cached-token",)),
+             "Decode": (("#running-req",), ("#token", "#full token"), ("token usage", "full token usage"))}
+_NEW_KEY = re.compile(r"#?[A-Za-z][A-Za-z0-9_ .()/%-]*")
+
+
+# A layout whose last key is a new field ends a complete line there when at least this many lines of a frame have
+# it: a format's end repeats line after line, a cut after that same field does not.
+NEW_LAST_MIN = 3
+
+
+def _new_last(label: str, keys: list[str]) -> bool:
+    """Whether the layout's last key is a new field (`new_fields`), which may end a line (NEW_LAST_MIN)."""
+    return keys[-1] not in KNOWN_KEYS and new_fields(label, keys) is not None
+
+
+def new_fields(label: str, keys: list[str]) -> list[str] | None:
+    """The keys of a batch-line layout that this parser does not know, when they are new fields (CORE_KEYS);
+    None when the layout is not readable that way (a core field missing, a key twice, a key of odd characters)."""
+    unknown = [k for k in keys if k not in KNOWN_KEYS]
+    if not unknown:
+        return []
+    core = CORE_KEYS["Prefill" if label.startswith("Prefill") else "Decode"]
+    if (len(set(keys)) != len(keys) or not all(any(k in keys for k in alts) for alts in core)
+            or not all(_NEW_KEY.fullmatch(k) for k in unknown)):
+        return None
+    return unknown
+
+
 def _rx_escape(s: str) -> str:
     """Escape for the regex subset shared by Python `re` and Rust `regex` (only real metacharacters)."""
     return re.sub(r"([()\[\]{}.*+?^$|\\])", r"\\\1", s)
 
 
-_KEYS_RX = "|".join(_rx_escape(k) for k in sorted(KNOWN_KEYS, key=len, reverse=True))
 VALUE_RX = r"-?\d+(?:\.\d+)?%?|True|False|full=\d+(?:\.\d+)?, swa=\d+(?:\.\d+)?"
 PLAIN_VALUE_RX = r"-?\d+(?:\.\d+)?%?|True|False"
+
+
+def _kv_grammar(keys) -> str:
+    """P_KV_GRAMMAR over these keys (the known ones, and the new fields a frame's layouts carry)."""
+    alts = "|".join(_rx_escape(k) for k in sorted(keys, key=len, reverse=True))
+    return rf"^(?:(?:{alts}): (?:{VALUE_RX})(?:, |$))+$"
+
+
 P_KV_GRAMMAR = Pattern(
     "sglang_batch_fields",
-    rf"^(?:(?:{_KEYS_RX}): (?:{VALUE_RX})(?:, |$))+$",
+    _kv_grammar(KNOWN_KEYS),
     (Sample("#running-req: 24, #token: 233600, token usage: 0.66, accept len: 3.05, accept rate: 0.68, npu graph: True, "
             "gen throughput (token/s): 239.06, #queue-req: 2", {}, _F_NPU),
      Sample("#new-seq: 12, #new-token: 43008, #cached-token: 0, full token usage: 0.14, mamba usage: 0.20, "
@@ -262,7 +306,8 @@ CONFIG_ALIASES = {"model_path": "model", "tp_size": "tensor_parallel_size", "dp_
 
 # -- sniffing (Python `re` over the first 64 KB only) -------------------------------------------------------------
 _HEAD_PY = (r"^" + WRAPS_RX + r"(?:[^\[\n]*%\|[^\[\n]*)?"
-            r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: (?:" + RANK_TAGS + r")\d+)*\] ")
+            r"\[(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?(?: (?:" + RANK_TAGS + r")\d+)*\]"
+            r"(?:\[[A-Za-z0-9_.-]+:\d+\]\[[A-Z]+\]:)? ")
 _SNIFF_STRONG = re.compile(_HEAD_PY + r"(?:Prefill batch|Decode batch|server_args=ServerArgs\(|Finish: obj=|"
                                       r"Receive: obj=|max_total_num_tokens=)", re.M)
 _SNIFF_BARE = re.compile(r"^" + WRAPS_RX + r"(?:\[gpu_id=\d+\] )?(?:(?:Prefill|Decode) batch(?: \[\d+\])?[.,(] |new fill batch\. #seq: )",
@@ -299,7 +344,7 @@ _LEAD_ONLY = r"^\[" + _TS_RX + r"(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\]$"
 # `(?: (?P<msg>.*))?$` holds exactly where this does) without a capture over the whole message (slow per byte); the
 # message is the rest of the line after `pre` and its space.
 _P_HEAD_TAIL = r"(?: (?P<msg>.*))?$"
-assert P_HEAD.regex.startswith("^") and P_HEAD.regex.endswith(r"\]" + _P_HEAD_TAIL)
+assert P_HEAD.regex.startswith("^") and P_HEAD.regex.endswith(_P_HEAD_TAIL)
 _P_HEAD_CUT = "^(?P<pre>" + P_HEAD.regex[1:-len(_P_HEAD_TAIL)] + ")(?: |$)"
 _BATCH_START = (r"^(?:(?:\[gpu_id=\d+\] )?(?:Prefill|Decode) batch(?: \[\d+\])?[.,(]|new fill batch\. #seq: |"
                 r"#running-req: \d+, #token: )")
@@ -507,6 +552,7 @@ class _State:
         self.config: list[pl.DataFrame] = []
         self.rejected_batches = 0
         self.debris_lines = 0
+        self.new_fields: dict[str, int] = {}  # keys this parser does not know, read as new fields: lines with each
 
 
 def _abs_ns(u: pl.DataFrame, tz: str) -> pl.Series:
@@ -625,7 +671,7 @@ def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _St
         return 0
     parts, n = [], 0
     if FAST_BATCHES:
-        (out, k, debris, bad), b = _fast_batches(b)
+        (out, k, debris, bad), b = _fast_batches(b, seen=st.new_fields)
         if out is not None:
             parts.append(out)
             n += k
@@ -663,7 +709,7 @@ def _layout_rx(label: str, keys: list[str]) -> str:
     v = _V_ASCII
     head = "^" + _rx_escape(label) + "".join(_rx_escape(k) + ": " + v + ", " for k in keys[:-1])
     last = _rx_escape(keys[-1]) + ": "
-    if keys[-1] in TERMINAL_KEYS:
+    if keys[-1] in TERMINAL_KEYS or _new_last(label, keys):
         return head + last + f"(?:{v},[ \t]*|{_LAST_ASCII}[ \t]*)$"
     return head + last + v + ",[ \t]*$"
 
@@ -687,13 +733,14 @@ def _cut_rx(line: str, label: str) -> str | None:
             + _rx_escape(tail) + "$")
 
 
-def _fast_batches(b: pl.DataFrame, lean: bool = False) -> tuple[tuple, pl.DataFrame]:
+def _fast_batches(b: pl.DataFrame, lean: bool = False, seen: dict[str, int] | None = None
+                  ) -> tuple[tuple, pl.DataFrame]:
     """Batch lines read by layout: per label the first line's key list gives a validating regex
     (no captures); the lines it matches are split at `, ` and each field sliced at its known offset; lines of a
     shape the generic reader rejects whole (an unknown or missing field) get its reason here. Returns
     ((engine_batches rows or None, lines read, of which with tqdm debris, rejects or None), the records left for
     the generic reader). `lean`: lean lines (`_LEAN_COLS`: label, rank columns and head end known), read on the
-    raw line behind its head."""
+    raw line behind its head. `seen` counts the lines read with each new field (`new_fields`)."""
     text = "t" if lean else "msg1"
     if not lean:
         # The labels' first 14 characters tell them apart; the space after `Prefill batch,` is checked by the
@@ -744,7 +791,13 @@ def _fast_batches(b: pl.DataFrame, lean: bool = False) -> tuple[tuple, pl.DataFr
             got = rows if every else rows.filter(hit)
             rows = rows.clear() if every else rows.filter(~hit)
             need = "#running-req" if label.startswith("Decode") else "#new-token"
-            if keys and need in keys and all(k in KNOWN_KEYS for k in keys):
+            new = new_fields(label, keys) if keys else None
+            if new and _new_last(label, keys) and got.height < NEW_LAST_MIN:
+                rest.append(got)  # too few to tell a format's end from a cut: the generic reader's reason
+                continue
+            if keys and need in keys and new is not None:
+                for k in new if seen is not None else ():
+                    seen[k] = seen.get(k, 0) + got.height
                 outs.append(_fast_rows(got, label, keys, lean))
                 n += got.height if lean else int(got["line_count"].sum())
                 debris += 0 if lean else int(got["debris"].sum())
@@ -905,19 +958,33 @@ def _generic_batches(ctx: ParseContext, lines: pl.DataFrame, b: pl.DataFrame, st
     last_val = pl.col("_vals").list.last()
     last_val_ok = ~last_val.str.contains(".", literal=True) | last_val.str.contains(r"^\d+\.\d{2}%?$")
     complete = kv.str.ends_with(", ") | (last_key.is_in(TERMINAL_KEYS) & last_val_ok)
+    # A new field ends a complete line when enough lines of the frame end with it (NEW_LAST_MIN).
     need = pl.when(pl.col("kind") == "decode").then(pl.lit("#running-req")).otherwise(pl.lit("#new-token"))
     has = lambda k: sig.replace_strict(ids, lay[k], default=False, return_dtype=pl.Boolean)  # noqa: E731
     has_need = pl.when(pl.col("kind") == "decode").then(has("has_running")).otherwise(has("has_new_token"))
+    # A layout with keys this parser does not know is read when they are new fields (`new_fields`, per label).
+    new = {lab: [new_fields(lab, k) for k in lay["keys"]] for lab in ("Prefill", "Decode")}
+    added = sorted({k for lab in new for ks in new[lab] if ks for k in ks})
+    grammar = kv.str.contains(P_KV_GRAMMAR.regex)
+    ok_new = pl.lit(False)
+    if added:
+        ok_new = pl.when(pl.col("kind") == "decode").then(
+            sig.replace_strict(ids, [x is not None for x in new["Decode"]], default=False, return_dtype=pl.Boolean)
+        ).otherwise(sig.replace_strict(ids, [x is not None for x in new["Prefill"]], default=False,
+                                       return_dtype=pl.Boolean))
+        grammar = pl.when(ok_new).then(kv.str.contains(_kv_grammar(KNOWN_KEYS + added))).otherwise(grammar)
+        complete = complete | (ok_new & last_key.is_in(added) & last_val_ok
+                               & (pl.len().over("_sid", "kind") >= NEW_LAST_MIN))
     b = b.with_columns(
-        kv.str.contains(P_KV_GRAMMAR.regex).alias("grammar"),
+        grammar.alias("grammar"),
         complete.alias("complete"), last_key.alias("last_key"),
         has_need.alias("has_need"), need.alias("need"), has("has_unmapped").alias("_unmapped"),
     )
     # Which field is unknown: only for the (few) lines that fail the grammar.
+    keys_of = kv.str.extract_all(r"(?:^|, )[^:,]+: ").list.eval(pl.element().str.strip_prefix(", ").str.strip_suffix(": "))
     odd = b.filter(~pl.col("grammar").fill_null(True)).select(
-        "gid", kv.str.extract_all(r"(?:^|, )[^:,]+: ").list.eval(
-            pl.element().str.strip_prefix(", ").str.strip_suffix(": ")).list.eval(
-            pl.element().filter(~pl.element().is_in(KNOWN_KEYS))).list.first().alias("unknown"))
+        "gid", pl.when(ok_new).then(keys_of.list.eval(pl.element().filter(~pl.element().is_in(KNOWN_KEYS + added))))
+        .otherwise(keys_of.list.eval(pl.element().filter(~pl.element().is_in(KNOWN_KEYS)))).list.first().alias("unknown"))
     b = b.join(odd, on="gid", how="left")
     reason = (pl.when(is_old).then(None)
               .when(kv.is_null()).then(pl.concat_str([pl.lit("batch line without its fields: "),
@@ -944,6 +1011,13 @@ def _generic_batches(ctx: ParseContext, lines: pl.DataFrame, b: pl.DataFrame, st
     good = b.filter(pl.col("_ok"))
     if good.height == 0:
         return None, 0
+    if added:
+        for lab, kind in (("Prefill", "prefill"), ("Decode", "decode")):
+            is_decode = pl.col("kind") == "decode"
+            used = good.filter(is_decode if kind == "decode" else ~is_decode)["_sid"].value_counts()
+            for sid, n in used.iter_rows():
+                for k in new[lab][sid] or ():
+                    st.new_fields[k] = st.new_fields.get(k, 0) + n
     # SWA values and old layouts take the slower per-field searches; the rest the list lookups.
     swa = good["kv"].str.contains("=", literal=True).fill_null(False) | good.select(is_old).to_series().fill_null(False)
     parts = [p for p in (_batch_rows(good.filter(~swa), lay, True), _batch_rows(good.filter(swa), lay, False))
@@ -968,7 +1042,7 @@ def _layouts(sigs: pl.Series) -> dict:
     field without a column, and the index of every mapped key."""
     u = sigs.drop_nulls().unique().to_list()
     keys = [[k[:-2] for k in x.split("|")] if x else [] for x in u]
-    out = {"sig": u, "last_key": [k[-1] if k else None for k in keys],
+    out = {"sig": u, "keys": keys, "last_key": [k[-1] if k else None for k in keys],
            "has_running": ["#running-req" in k for k in keys], "has_new_token": ["#new-token" in k for k in keys],
            "has_unmapped": [any(x not in MAPPED_KEYS for x in k) for k in keys]}
     for m in MAPPED_KEYS:
@@ -1070,7 +1144,7 @@ def _lean_batches(ctx: ParseContext, lean: pl.DataFrame, st: _State) -> int:
         return 0
     parts, n = [], 0
     if FAST_BATCHES:
-        (out, n, _, bad), b = _fast_batches(b, lean=True)
+        (out, n, _, bad), b = _fast_batches(b, lean=True, seen=st.new_fields)
         if out is not None:
             parts.append(out)
         if bad is not None:
@@ -1282,6 +1356,8 @@ class SglangLogParser(Parser):
             st.config.extend(fst.config)
             st.rejected_batches += fst.rejected_batches
             st.debris_lines += fst.debris_lines
+            for k, n in fst.new_fields.items():
+                st.new_fields[k] = st.new_fields.get(k, 0) + n
         out.flush()
         write_config(ctx, st.config, CONFIG_ALIASES, "sglang")
         if st.rel_first is not None:
@@ -1296,6 +1372,9 @@ class SglangLogParser(Parser):
             ctx.notes.append(f"{st.rejected_batches} batch line(s) rejected (spliced, mangled or cut); see rejects")
         if st.debris_lines:
             ctx.notes.append(f"{st.debris_lines} batch line(s) had tqdm output glued in front (stripped)")
+        if st.new_fields:
+            ctx.notes.append("batch lines with field(s) this parser does not know, read and the field(s) kept in "
+                             "extra: " + ", ".join(f"'{k}' ({n} lines)" for k, n in sorted(st.new_fields.items())))
         span_of_times(ctx)
 
 
