@@ -1328,6 +1328,7 @@ class SglangLogParser(Parser):
     version = VERSION
     formats = ("sglang_log",)
     order = 50
+    duckdb_threads = 1  # rows are only appended (Parser.duckdb_threads)
 
     def sniff(self, head: bytes, inp: InputFile):
         return sniff_sglang(head)
