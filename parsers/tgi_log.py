@@ -14,8 +14,9 @@ group ids from its cumulative sum, `group_by` + `str.join`; no Python loop over 
 Kind first: most of a serving log is `Success` lines and radix lines, each a record of its own. `_fast_kind` picks
 out those the generic path would read as exactly that (literal finds and capture-free regexes on the raw line); they
 skip the head columns and record formation and are read by position (`_fast_frames`), then merged back in file
-order where order matters (the running request index, times carried to untimed records). Everything else takes the
-generic path. STALLSCOPE_TGI_GENERIC=1 sends every line through the generic path (tests/test_tgi_fastpath.py checks
+order where order matters (the running request index, times carried to untimed records). The Success lines whose
+fields all take the generic path's literal-search branches are read into their request rows straight from the line
+(`_plain_success`), the others through the generic request columns. Everything else takes the generic path. STALLSCOPE_TGI_GENERIC=1 sends every line through the generic path (tests/test_tgi_fastpath.py checks
 both give the same store; bench/compare_ingest.py checks a checkout against another).
 
 Times: TGI prints RFC 3339 UTC with `Z`. A line pasted without its timestamp gives a request with NULL times (it
@@ -496,19 +497,7 @@ def _timings(req: pl.DataFrame) -> list[pl.Series]:
     got = []
     if fast.any():
         parts = g.filter(fast).select(pl.col("tail").str.split_exact('"', 11).alias("p")).unnest("p")
-        vals = []
-        for i, k in enumerate(DURATION_KEYS):
-            # The value is `<number><unit>` (P_SUCCESS_TIMINGS): the unit read off its end, as UNIT_NS has it.
-            v = pl.col(f"field_{2 * i + 1}")
-            mult = (pl.when(v.str.ends_with("ms")).then(UNIT_NS["ms"]).when(v.str.ends_with("ns")).then(UNIT_NS["ns"])
-                    .when(v.str.ends_with("µs") | v.str.ends_with("μs") | v.str.ends_with("us")).then(UNIT_NS["us"])
-                    .otherwise(UNIT_NS["s"]))
-            num = v.str.strip_chars_end("nsµμum").cast(pl.Float64, strict=False)
-            vals.append((num * mult).round(0).cast(pl.Int64, strict=False).alias(k))
-        sd = pl.col("field_11")
-        vals.append(pl.when(sd.str.starts_with("Some(")).then(sd.str.slice(5).str.strip_suffix(")"))
-                    .cast(pl.UInt64, strict=False).alias("seed"))
-        got.append((fast, parts.select(vals)))
+        got.append((fast, parts.select(_layout_values())))
     if not fast.all():
         slow = ~fast
         got.append((slow, req.filter(slow).select(
@@ -522,6 +511,23 @@ def _timings(req: pl.DataFrame) -> list[pl.Series]:
         for k in names:
             out[k] = out[k].scatter(idx, vals[k])
     return [out[k] for k in names]
+
+
+def _layout_values() -> list[pl.Expr]:
+    """The durations (ns) and seed of a Success layout split at its quotes (`field_1` … `field_11`)."""
+    vals = []
+    for i, k in enumerate(DURATION_KEYS):
+        # The value is `<number><unit>` (P_SUCCESS_TIMINGS): the unit read off its end, as UNIT_NS has it.
+        v = pl.col(f"field_{2 * i + 1}")
+        mult = (pl.when(v.str.ends_with("ms")).then(UNIT_NS["ms"]).when(v.str.ends_with("ns")).then(UNIT_NS["ns"])
+                .when(v.str.ends_with("µs") | v.str.ends_with("μs") | v.str.ends_with("us")).then(UNIT_NS["us"])
+                .otherwise(UNIT_NS["s"]))
+        num = v.str.strip_chars_end("nsµμum").cast(pl.Float64, strict=False)
+        vals.append((num * mult).round(0).cast(pl.Int64, strict=False).alias(k))
+    sd = pl.col("field_11")
+    vals.append(pl.when(sd.str.starts_with("Some(")).then(sd.str.slice(5).str.strip_suffix(")"))
+                .cast(pl.UInt64, strict=False).alias("seed"))
+    return vals
 
 
 class _State:
@@ -707,19 +713,87 @@ def _request_rows(req: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Dat
     return out, ev, req.filter(pl.col("is_cut")).select("line_no", *DURATION_KEYS)
 
 
-def _fast_frames(fast: pl.DataFrame | None) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
-    """The fast lines as the generic path would have read them: Success lines as request records (the columns
-    `_request_rows` reads), radix lines as (line_no, ts_ns, detail). Offsets from `find` are bytes: cuts at ASCII
+
+
+def _plain_success(fs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series]:
+    """(requests rows, their success events, which rows they are) of the fast Success lines (`_fast_kind`) whose
+    every field the generic path reads by its literal-search branch: `_timings`' split of the Success layout,
+    `_params`' cut of an unquoted `GenerateParameters { … }`, no `trace_id=`. Each test and offset is the generic
+    one made on the line instead of the span chain `fields` (the head before it holds no quote, brace or
+    `parameters`, and the target after it none of the searched texts), so the values are the generic ones; the
+    other rows (the mask false) take `_fast_frames` + `_request_rows`. Read straight from the line, in a few
+    selects: no `fields` column, no scatter, no record columns."""
+    t = pl.col("t")
+    p, j, k, a, z, w = (pl.col(c) for c in ("_p", "_j", "_k", "_a", "_z", "_w"))
+    pos = fs.select(
+        "line_no", t, t.str.find(": text_generation_", literal=True).alias("_p"),
+        t.str.find(_TIMING_START).alias("_j"), t.str.find(_TIMING_LIKE).alias("_k"),
+        t.str.find(_GEN_PARAMS, literal=True).alias("_a"), t.str.find("} total_time=", literal=True).alias("_z"),
+        t.str.find("parameters", literal=True).alias("_w"),
+        (t.str.find("INFO ", literal=True) + 5).alias("_h"), t.str.find("{", literal=True).alias("_b"),
+        t.str.find("trace_id=", literal=True).alias("_tr"))
+    tb = t.cast(pl.Binary)
+    params = pl.when(a.is_not_null() & (z > a)).then(tb.bin.slice(a + 11, z - a - 10).cast(pl.String))
+    # `_timings`' test: the first timing-like field of the span chain is the `total_time` that starts its
+    # Success layout, which runs to the chain's end (the first `: text_generation_`).
+    tail = pl.when(k == j + 7).then(tb.bin.slice(j + 1, p - j - 1).cast(pl.String))
+    h = pl.col("_h")
+    got = pos.select(
+        "line_no", t, params.alias("params"), tail.alias("_tail"),
+        # `_params` reads `parameters` with P_PARAMS where its cut gives nothing; `trace_id=` takes P_TRACE_ID.
+        ((a.is_not_null() & (z > a)) | w.is_null() | (w >= p)).alias("_pok"),
+        (pl.col("_tr").is_null() | (pl.col("_tr") >= p)).alias("_tok"),
+        t.str.slice(h, pl.col("_b") - h).alias("endpoint"))
+    tail = pl.col("_tail")
+    ok = (tail.str.contains(P_SUCCESS_TIMINGS.regex) & pl.col("_pok") & pl.col("_tok")).fill_null(False)
+    mask = got.select(ok.alias("ok"))["ok"]
+    got = got.filter(mask)
+    parts = got.select(
+        "line_no", "t", "params", "endpoint", tail.str.split_exact('"', 11).alias("_s")).unnest("_s")
+    ts = pl.when(~t.str.starts_with("INFO ")).then(t.str.slice(0, t.str.find("Z", literal=True) + 1))
+    rows = parts.select(
+        "line_no", "params", "endpoint", *_layout_values(), _ts_ns(ts).alias("ts_ns"),
+        pl.col("params").str.extract(P_MAXNEW.regex, 1).cast(pl.Int32, strict=False).alias("max_tokens"))
+    total, inf, tpt, ts_ns = pl.col("total_time"), pl.col("inference_time"), pl.col("time_per_token"), pl.col("ts_ns")
+    n_out = (inf.cast(pl.Float64) / tpt.cast(pl.Float64)).round(0).cast(pl.Int64, strict=False)
+    rows = rows.with_columns(n_out.alias("_n_out"), (ts_ns - total).alias("arrival_ns"))
+    n_out, arrival = pl.col("_n_out"), pl.col("arrival_ns")
+    n_ok = (n_out >= 1) & ((inf // n_out.clip(lower_bound=1) - tpt).abs() <= 1)
+    rid = pl.lit("L") + pl.col("line_no").cast(pl.String)
+    out = rows.select(
+        "line_no", rid.alias("request_id"), pl.int_range(pl.len()).cast(pl.Int32).alias("request_index"),
+        rid.alias("server_request_id"), pl.lit("tgi").alias("engine"), pl.lit("server").alias("kind"),
+        arrival, ts_ns.alias("finish_ns"),
+        (arrival + pl.col("validation_time") + pl.col("queue_time")).alias("scheduled_ns"),
+        pl.when(n_ok).then(n_out).cast(pl.Int32, strict=False).alias("output_tokens"), "max_tokens",
+        total.alias("e2e_latency_ns"), pl.col("queue_time").alias("queue_ns"),
+        pl.col("validation_time").alias("validation_ns"), inf.alias("inference_ns"),
+        tpt.alias("time_per_token_ns"), pl.lit("ok").alias("status"), pl.lit(None, pl.String).alias("error"),
+        "endpoint", "params", "seed")
+    ev = out.select("line_no", "request_id", pl.lit("success").alias("event"), pl.col("finish_ns").alias("ts_ns"),
+                    pl.lit(None, pl.String).alias("detail"))
+    return out, ev, mask
+
+
+def _fast_frames(fast: pl.DataFrame | None):
+    """The fast lines as the generic path would have read them: (Success lines as request records (the columns
+    `_request_rows` reads), radix lines as (line_no, ts_ns, detail), the plain Success lines' (requests rows,
+    events) from `_plain_success` or None). Offsets from `find` are bytes: cuts at ASCII
     are made on the bytes; the lead (time, level, handler name) is ASCII by `_fast_kind`, so its offsets are
     characters too."""
     if fast is None:
-        return None, None
+        return None, None, None
     t = pl.col("t")
     ts = pl.when(~t.str.starts_with("INFO ")).then(t.str.slice(0, t.str.find("Z", literal=True) + 1))
     kind = fast["kind"]
-    fsucc = frad = None
+    fsucc = frad = plain = None
     if (kind == FAST_SUCCESS).any():
-        fsucc = fast.filter(kind == FAST_SUCCESS).with_columns(
+        fsucc = fast.filter(kind == FAST_SUCCESS)
+        if not generic_only():
+            *plain, mask = _plain_success(fsucc)
+            fsucc = fsucc.filter(~mask)
+    if fsucc is not None and fsucc.height:
+        fsucc = fsucc.with_columns(
             (t.str.find("INFO ", literal=True) + 5).alias("_a"), t.str.find(": text_generation_", literal=True).alias("_p"),
             t.str.find("{", literal=True).alias("_b"))
         a, p = pl.col("_a"), pl.col("_p")
@@ -735,7 +809,7 @@ def _fast_frames(fast: pl.DataFrame | None) -> tuple[pl.DataFrame | None, pl.Dat
             "line_no", _ts_ns(ts).alias("ts_ns"),
             pl.concat_str([pl.lit("prefix="), m.struct.field("prefix"), pl.lit(" suffix="),
                            m.struct.field("suffix")]).alias("detail"))
-    return fsucc, frad
+    return (fsucc if fsucc is not None and fsucc.height else None), frad, plain
 
 
 def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
@@ -755,15 +829,17 @@ def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
         msg.str.contains(P_RADIX.regex).fill_null(False).alias("is_radix"),
         msg.str.starts_with("Args {").fill_null(False).alias("is_args"),
     )
-    fsucc, frad = _fast_frames(fast)
+    fsucc, frad, plain = _fast_frames(fast)
     # Forward-filled over the frame's records in file order; the leading NULLs get the previous frame's last time in
     # `_emit`. Fast radix events take that time too (as their generic records would).
-    if fsucc is None and frad is None:
+    if fsucc is None and frad is None and plain is None:
         recs = recs.with_columns(pl.col("ts_ns").forward_fill().alias("ts_ff"))
         times = recs["ts_ns"]
     else:
+        timed = (recs, fsucc, frad,
+                 plain[0].select("line_no", pl.col("finish_ns").alias("ts_ns")) if plain is not None else None)
         seq = pl.concat([d.select("line_no", "ts_ns", pl.lit(i, pl.UInt8).alias("src"))
-                         for i, d in enumerate((recs, fsucc, frad)) if d is not None and d.height]).sort("line_no")
+                         for i, d in enumerate(timed) if d is not None and d.height]).sort("line_no")
         seq = seq.with_columns(pl.col("ts_ns").forward_fill().alias("ts_ff"))
         src = seq["src"]
         recs = recs.with_columns(seq.filter(src == 0)["ts_ff"])
@@ -777,15 +853,18 @@ def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
     # -- requests: Success, a Success cut before its message, request-level errors ------------------------------
     req = recs.filter(pl.col("is_success") | pl.col("is_cut") | pl.col("is_req_error"))
     parts = [_request_rows(d) for d in (req, fsucc) if d is not None and d.height]
+    if plain is not None and plain[0].height:
+        parts.append((*plain, None))
     plan["requests"] = None
     if parts:
-        if len(parts) == 2:
-            # The running request index in file order over both: each row's rank among the frame's requests.
-            ga, gb = parts[0][0]["line_no"].to_numpy(), parts[1][0]["line_no"].to_numpy()
-            for (out, _, _), own, other in ((parts[0], ga, gb), (parts[1], gb, ga)):
-                idx = np.arange(len(own)) + np.searchsorted(other, own)
+        if len(parts) > 1:
+            # The running request index in file order over all parts: each row's rank among the frame's requests.
+            every = np.sort(np.concatenate([p[0]["line_no"].to_numpy() for p in parts]))
+            for out, _, _ in parts:
+                idx = np.searchsorted(every, out["line_no"].to_numpy())
                 out.replace_column(out.get_column_index("request_index"), pl.Series("request_index", idx, pl.Int32))
-        plan["requests"] = ([p[0] for p in parts], [p[1] for p in parts], pl.concat([p[2] for p in parts]))
+        cuts = [p[2] for p in parts if p[2] is not None]
+        plan["requests"] = ([p[0] for p in parts], [p[1] for p in parts], pl.concat(cuts) if cuts else None)
 
     # -- radix prefix-cache admissions ----------------------------------------------------------------------------
     rad = recs.filter(pl.col("is_radix"))
@@ -866,9 +945,10 @@ def _emit(ctx: ParseContext, plan: dict | None, st: _State) -> None:
         st.req_index += sum(out.height for out in outs)
         for ev in evs:
             ctx.write("request_events", ev)
-        note_rows(ctx, cut, lambda r: (
-            f"line {r['line_no']}: Success record cut off before its message; kept "
-            f"{', '.join(k for k in DURATION_KEYS if r[k] is not None) or 'no timing'} (status NULL)"))
+        if cut is not None:
+            note_rows(ctx, cut, lambda r: (
+                f"line {r['line_no']}: Success record cut off before its message; kept "
+                f"{', '.join(k for k in DURATION_KEYS if r[k] is not None) or 'no timing'} (status NULL)"))
     for rad in plan["radix"]:
         ctx.write("request_events", carried(rad))
     if plan["args"] is not None:
