@@ -338,17 +338,21 @@ def _fast_kind(df: pl.DataFrame) -> pl.Series:
     if generic_only() or df.height == 0:
         return pl.Series("kind", [None] * df.height, dtype=pl.UInt8)
     t = pl.col("t")
-    df = df.select(t, t.str.find(": text_generation_", literal=True).alias("_p"), t.str.len_bytes().alias("_n"))
-    p, n = pl.col("_p"), pl.col("_n")
-    short = n <= 200
+    df = df.select(t, t.str.find(": text_generation_", literal=True).alias("_p"), t.str.len_bytes().alias("_n"),
+                   t.str.ends_with(": Success").alias("_e"), pl.int_range(pl.len(), dtype=pl.UInt32).alias("_i"))
+    p, n, e = pl.col("_p"), pl.col("_n"), pl.col("_e")
+    kind = pl.repeat(None, df.height, dtype=pl.UInt8, eager=True).alias("kind")
+    # Each kind's tests run on its candidates only (lines ending `: Success`; short lines without a target lead).
     # The handler span is the only `{parameters=` / `{total_time=` of the line: P_REQSPAN's last match (the
     # endpoint) is then the head span, whatever the parameters' strings hold.
-    succ = (t.str.ends_with(": Success") & t.str.contains(_FAST_SUCCESS_HEAD)
-            & (t.str.find(_FAST_SUCCESS_TAIL) == p) & (n - p <= 200) & t.str.contains(_TOTAL_TIME)
-            & (t.str.count_matches(r"\{(?:parameters|total_time)=") == 1))
-    return df.select(pl.when(succ.fill_null(False)).then(pl.lit(FAST_SUCCESS, pl.UInt8))
-                     .when((short & p.is_null() & t.str.contains(_FAST_RADIX)).fill_null(False))
-                     .then(pl.lit(FAST_RADIX, pl.UInt8)).alias("kind"))["kind"]
+    succ = (t.str.contains(_FAST_SUCCESS_HEAD) & (t.str.find(_FAST_SUCCESS_TAIL) == p) & (n - p <= 200)
+            & t.str.contains(_TOTAL_TIME) & (t.str.count_matches(r"\{(?:parameters|total_time)=") == 1))
+    for cand, test, value in ((e, succ, FAST_SUCCESS), (~e & (n <= 200) & p.is_null(), t.str.contains(_FAST_RADIX),
+                                                         FAST_RADIX)):
+        hit = df.filter(cand).filter(test)["_i"]
+        if hit.len():
+            kind = kind.scatter(hit, value)
+    return kind
 
 
 def _prepare_generic(df: pl.DataFrame) -> pl.DataFrame:
