@@ -308,8 +308,14 @@ def _prepare(df: pl.DataFrame) -> pl.DataFrame:
     kind = _fast_kind(df)
     if kind.null_count() == df.height:
         return _prepare_generic(df).with_columns(kind)
-    g = _prepare_generic(df.with_columns(pl.when(kind.is_null()).then(pl.col("t")).alias("t")))
-    return g.with_columns(df["t"], kind, *[pl.col(c).fill_null(False) for c in ("blank", "is_json", "json_ok")])
+    # The generic columns of the generic lines only, put back in file order by a gather whose index is NULL on the
+    # fast lines (a gather costs far less than the generic expressions on every line).
+    gen = kind.is_null()
+    g = _prepare_generic(df.filter(gen))
+    at = pl.select(pl.when(gen).then(gen.cum_sum() - 1)).to_series()
+    cols = [c for c in g.columns if c not in df.columns]
+    return df.with_columns(kind, *g.select(pl.col(cols).gather(at)).get_columns()).with_columns(
+        *[pl.col(c).fill_null(False) for c in ("blank", "is_json", "json_ok")]).select(*g.columns, "kind")
 
 
 FAST_SUCCESS, FAST_RADIX = 1, 2
@@ -756,8 +762,8 @@ def _plain_success(fs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Ser
         "line_no", "t", "params", "endpoint", tail.str.split_exact('"', 11).alias("_s")).unnest("_s")
     ts = pl.when(~t.str.starts_with("INFO ")).then(t.str.slice(0, t.str.find("Z", literal=True) + 1))
     rows = parts.select(
-        "line_no", "params", "endpoint", *_layout_values(), _ts_ns(ts).alias("ts_ns"),
-        pl.col("params").str.extract(P_MAXNEW.regex, 1).cast(pl.Int32, strict=False).alias("max_tokens"))
+        "line_no", "params", "endpoint", *_layout_values(), _ts_ns(ts).alias("ts_ns"))
+    rows = rows.with_columns(_max_tokens(rows["params"]))
     total, inf, tpt, ts_ns = pl.col("total_time"), pl.col("inference_time"), pl.col("time_per_token"), pl.col("ts_ns")
     n_out = (inf.cast(pl.Float64) / tpt.cast(pl.Float64)).round(0).cast(pl.Int64, strict=False)
     rows = rows.with_columns(n_out.alias("_n_out"), (ts_ns - total).alias("arrival_ns"))
@@ -777,6 +783,13 @@ def _plain_success(fs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Ser
     ev = out.select("line_no", "request_id", pl.lit("success").alias("event"), pl.col("finish_ns").alias("ts_ns"),
                     pl.lit(None, pl.String).alias("detail"))
     return out, ev, mask
+
+
+def _max_tokens(params: pl.Series) -> pl.Series:
+    """P_MAXNEW of each `parameters` text, read once per distinct text (a log repeats a client's parameters)."""
+    u = params.unique().drop_nulls()
+    n = u.to_frame("params").select(pl.col("params").str.extract(P_MAXNEW.regex, 1).cast(pl.Int32, strict=False))
+    return params.replace_strict(u, n.to_series(), default=None, return_dtype=pl.Int32).alias("max_tokens")
 
 
 def _fast_frames(fast: pl.DataFrame | None):
