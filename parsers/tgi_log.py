@@ -24,6 +24,7 @@ still counts); other untimed records inherit the previous timed record's time (N
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -510,9 +511,7 @@ def _timings(req: pl.DataFrame) -> list[pl.Series]:
         got.append((fast, parts.select(_layout_values())))
     if not fast.all():
         slow = ~fast
-        got.append((slow, req.filter(slow).select(
-            *[_duration_ns(f, k).alias(k) for k in DURATION_KEYS],
-            f.str.extract(P_SEED.regex, 1).cast(pl.UInt64, strict=False).alias("seed"))))
+        got.append((slow, req.filter(slow).select(_captured_timings())))
     if len(got) == 1:
         return got[0][1].get_columns()
     out = {k: pl.Series(k, [None] * n, dtype=pl.UInt64 if k == "seed" else pl.Int64) for k in names}
@@ -523,8 +522,10 @@ def _timings(req: pl.DataFrame) -> list[pl.Series]:
     return [out[k] for k in names]
 
 
-def _layout_values() -> list[pl.Expr]:
-    """The durations (ns) and seed of a Success layout split at its quotes (`field_1` … `field_11`)."""
+@functools.cache
+def _layout_values() -> tuple[pl.Expr, ...]:
+    """The durations (ns) and seed of a Success layout split at its quotes (`field_1` … `field_11`). (Expressions
+    are built once per process: building them costs about as much as running them on a small frame.)"""
     vals = []
     for i, k in enumerate(DURATION_KEYS):
         # The value is `<number><unit>` (P_SUCCESS_TIMINGS): the unit read off its end, as UNIT_NS has it.
@@ -537,7 +538,15 @@ def _layout_values() -> list[pl.Expr]:
     sd = pl.col("field_11")
     vals.append(pl.when(sd.str.starts_with("Some(")).then(sd.str.slice(5).str.strip_suffix(")"))
                 .cast(pl.UInt64, strict=False).alias("seed"))
-    return vals
+    return tuple(vals)
+
+
+@functools.cache
+def _captured_timings() -> tuple[pl.Expr, ...]:
+    """`_timings`' capture per key (P_DURATION, P_SEED) on `fields`, built once."""
+    f = pl.col("fields")
+    return (*[_duration_ns(f, k).alias(k) for k in DURATION_KEYS],
+            f.str.extract(P_SEED.regex, 1).cast(pl.UInt64, strict=False).alias("seed"))
 
 
 class _State:
@@ -733,9 +742,22 @@ def _plain_success(fs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Ser
     `parameters`, and the target after it none of the searched texts), so the values are the generic ones; the
     other rows (the mask false) take `_fast_frames` + `_request_rows`. Read straight from the line, in a few
     selects: no `fields` column, no scatter, no record columns."""
+    x = _plain_exprs()
+    got = fs.select(x["pos"]).select(x["got"])
+    mask = got.select(x["ok"]).to_series()
+    rows = got.filter(mask).select(x["parts"]).unnest("_s").select(x["rows"])
+    rows = rows.with_columns(_max_tokens(rows["params"])).with_columns(x["n_out"])
+    out = rows.select(x["out"])
+    return out, out.select(x["ev"]), mask
+
+
+@functools.cache
+def _plain_exprs() -> dict:
+    """`_plain_success`'s expressions, built once."""
     t = pl.col("t")
     p, j, k, a, z, w = (pl.col(c) for c in ("_p", "_j", "_k", "_a", "_z", "_w"))
-    pos = fs.select(
+    x: dict = {}
+    x["pos"] = (
         "line_no", t, t.str.find(": text_generation_", literal=True).alias("_p"),
         t.str.find(_TIMING_START).alias("_j"), t.str.find(_TIMING_LIKE).alias("_k"),
         t.str.find(_GEN_PARAMS, literal=True).alias("_a"), t.str.find("} total_time=", literal=True).alias("_z"),
@@ -748,29 +770,24 @@ def _plain_success(fs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Ser
     # Success layout, which runs to the chain's end (the first `: text_generation_`).
     tail = pl.when(k == j + 7).then(tb.bin.slice(j + 1, p - j - 1).cast(pl.String))
     h = pl.col("_h")
-    got = pos.select(
+    x["got"] = (
         "line_no", t, params.alias("params"), tail.alias("_tail"),
         # `_params` reads `parameters` with P_PARAMS where its cut gives nothing; `trace_id=` takes P_TRACE_ID.
         ((a.is_not_null() & (z > a)) | w.is_null() | (w >= p)).alias("_pok"),
         (pl.col("_tr").is_null() | (pl.col("_tr") >= p)).alias("_tok"),
         t.str.slice(h, pl.col("_b") - h).alias("endpoint"))
     tail = pl.col("_tail")
-    ok = (tail.str.contains(P_SUCCESS_TIMINGS.regex) & pl.col("_pok") & pl.col("_tok")).fill_null(False)
-    mask = got.select(ok.alias("ok"))["ok"]
-    got = got.filter(mask)
-    parts = got.select(
-        "line_no", "t", "params", "endpoint", tail.str.split_exact('"', 11).alias("_s")).unnest("_s")
+    x["ok"] = (tail.str.contains(P_SUCCESS_TIMINGS.regex) & pl.col("_pok") & pl.col("_tok")).fill_null(False)
+    x["parts"] = ("line_no", "t", "params", "endpoint", tail.str.split_exact('"', 11).alias("_s"))
     ts = pl.when(~t.str.starts_with("INFO ")).then(t.str.slice(0, t.str.find("Z", literal=True) + 1))
-    rows = parts.select(
-        "line_no", "params", "endpoint", *_layout_values(), _ts_ns(ts).alias("ts_ns"))
-    rows = rows.with_columns(_max_tokens(rows["params"]))
+    x["rows"] = ("line_no", "params", "endpoint", *_layout_values(), _ts_ns(ts).alias("ts_ns"))
     total, inf, tpt, ts_ns = pl.col("total_time"), pl.col("inference_time"), pl.col("time_per_token"), pl.col("ts_ns")
-    n_out = (inf.cast(pl.Float64) / tpt.cast(pl.Float64)).round(0).cast(pl.Int64, strict=False)
-    rows = rows.with_columns(n_out.alias("_n_out"), (ts_ns - total).alias("arrival_ns"))
+    x["n_out"] = ((inf.cast(pl.Float64) / tpt.cast(pl.Float64)).round(0).cast(pl.Int64, strict=False).alias("_n_out"),
+                  (ts_ns - total).alias("arrival_ns"))
     n_out, arrival = pl.col("_n_out"), pl.col("arrival_ns")
     n_ok = (n_out >= 1) & ((inf // n_out.clip(lower_bound=1) - tpt).abs() <= 1)
     rid = pl.lit("L") + pl.col("line_no").cast(pl.String)
-    out = rows.select(
+    x["out"] = (
         "line_no", rid.alias("request_id"), pl.int_range(pl.len()).cast(pl.Int32).alias("request_index"),
         rid.alias("server_request_id"), pl.lit("tgi").alias("engine"), pl.lit("server").alias("kind"),
         arrival, ts_ns.alias("finish_ns"),
@@ -780,9 +797,9 @@ def _plain_success(fs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Ser
         pl.col("validation_time").alias("validation_ns"), inf.alias("inference_ns"),
         tpt.alias("time_per_token_ns"), pl.lit("ok").alias("status"), pl.lit(None, pl.String).alias("error"),
         "endpoint", "params", "seed")
-    ev = out.select("line_no", "request_id", pl.lit("success").alias("event"), pl.col("finish_ns").alias("ts_ns"),
-                    pl.lit(None, pl.String).alias("detail"))
-    return out, ev, mask
+    x["ev"] = ("line_no", "request_id", pl.lit("success").alias("event"), pl.col("finish_ns").alias("ts_ns"),
+               pl.lit(None, pl.String).alias("detail"))
+    return x
 
 
 def _max_tokens(params: pl.Series) -> pl.Series:
