@@ -570,7 +570,9 @@ def _normalise(rec: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     # A head whose target is missing was cut inside its span fields: the rest of the line is that span chain.
     spans = pl.coalesce(pl.col("spans"), pl.when(pl.col("target").is_null() & pl.col("rest").str.contains(r"^[a-z_]+\{"))
                         .then(pl.col("rest")))
-    text = rec.filter(pl.col("level").is_not_null() & ~is_json).select(
+    text = rec.filter(pl.col("level").is_not_null() & ~is_json).with_columns(spans.alias("_sp"))
+    spans = pl.col("_sp")
+    text = text.select(
         *common, pl.col("ts"), pl.col("level"), spans.alias("spans"), spans.alias("fields"),
         pl.col("target"),
         with_body(pl.coalesce(pl.col("msg1"), pl.col("rest")), pl.col("cont")).alias("msg"),
@@ -783,10 +785,9 @@ def _plain_exprs() -> dict:
     x["rows"] = ("line_no", "params", "endpoint", *_layout_values(), _ts_ns(ts).alias("ts_ns"))
     total, inf, tpt, ts_ns = pl.col("total_time"), pl.col("inference_time"), pl.col("time_per_token"), pl.col("ts_ns")
     x["n_out"] = ((inf.cast(pl.Float64) / tpt.cast(pl.Float64)).round(0).cast(pl.Int64, strict=False).alias("_n_out"),
-                  (ts_ns - total).alias("arrival_ns"))
-    n_out, arrival = pl.col("_n_out"), pl.col("arrival_ns")
+                  (ts_ns - total).alias("arrival_ns"), (pl.lit("L") + pl.col("line_no").cast(pl.String)).alias("_rid"))
+    n_out, arrival, rid = pl.col("_n_out"), pl.col("arrival_ns"), pl.col("_rid")
     n_ok = (n_out >= 1) & ((inf // n_out.clip(lower_bound=1) - tpt).abs() <= 1)
-    rid = pl.lit("L") + pl.col("line_no").cast(pl.String)
     x["out"] = (
         "line_no", rid.alias("request_id"), pl.int_range(pl.len()).cast(pl.Int32).alias("request_index"),
         rid.alias("server_request_id"), pl.lit("tgi").alias("engine"), pl.lit("server").alias("kind"),
@@ -838,8 +839,9 @@ def _fast_frames(fast: pl.DataFrame | None):
             pl.lit("Success").alias("msg"), name.alias("hspan"), name.alias("first_span"),
             pl.lit(True).alias("is_success"), pl.lit(False).alias("is_cut"), pl.lit(False).alias("is_req_error"))
     if (kind == FAST_RADIX).any():
-        m = t.str.extract_groups(r"Prefix (?P<prefix>\d+) - Suffix (?P<suffix>\d+)$")
-        frad = fast.filter(kind == FAST_RADIX).select(
+        m = pl.col("_m")
+        frad = fast.filter(kind == FAST_RADIX).with_columns(
+            t.str.extract_groups(r"Prefix (?P<prefix>\d+) - Suffix (?P<suffix>\d+)$").alias("_m")).select(
             "line_no", _ts_ns(ts).alias("ts_ns"),
             pl.concat_str([pl.lit("prefix="), m.struct.field("prefix"), pl.lit(" suffix="),
                            m.struct.field("suffix")]).alias("detail"))
@@ -940,23 +942,32 @@ def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
                      | pl.col("is_req_error"))
     plan["events"] = None
     if ev.height:
-        tb = looks_like_traceback(msg).fill_null(False)
-        bm = spans.str.extract_groups(P_BATCH.regex)
+        # (A sub-expression used twice in one select is computed twice: the traceback test and the batch span
+        # capture are columns first.)
+        ev = ev.with_columns(wrap_names(ev["wrap"]), looks_like_traceback(msg).fill_null(False).alias("_tb"),
+                             spans.str.extract_groups(P_BATCH.regex).alias("_bm"))
+        tb, bk = pl.col("_tb"), pl.col("_bm").struct.field("kind")
         level = pl.when(lvl == "WARN").then(pl.lit("WARNING")).otherwise(lvl)
         kind = (pl.when(tb).then(pl.lit("traceback")).when(lvl == "ERROR").then(pl.lit("error"))
                 .when(lvl == "WARN").then(pl.lit("warning")).otherwise(pl.lit("message")))
-        ev = ev.with_columns(wrap_names(ev["wrap"]))
-        plan["events"] = ev.select(
+        out = ev.select(
             "line_no", pl.col("line_count").cast(pl.Int32), pl.col("ts_ff").alias("ts_ns"), level.alias("level"),
             "process",
-            kind.alias("kind"), event_message(msg.fill_null(""), tb).alias("message"), pl.col("target"),
-            spans.str.slice(0, MSG_MAX).alias("spans"), bm.struct.field("kind").alias("batch_kind"),
-            pl.when(bm.struct.field("kind").is_not_null()).then(fields.str.extract(P_BATCH_ID.regex, 1))
+            # (event_message of a record that is no traceback: its text, cut at MSG_MAX)
+            kind.alias("kind"), msg.fill_null("").str.slice(0, MSG_MAX).alias("message"), pl.col("target"),
+            spans.str.slice(0, MSG_MAX).alias("spans"), bk.alias("batch_kind"),
+            pl.when(bk.is_not_null()).then(fields.str.extract(P_BATCH_ID.regex, 1))
             .cast(pl.Int64, strict=False).alias("batch_id"),
-            pl.coalesce(bm.struct.field("size"), pl.when(bm.struct.field("kind").is_not_null())
+            pl.coalesce(pl.col("_bm").struct.field("size"), pl.when(bk.is_not_null())
                         .then(fields.str.extract(r"\"batch_size\":(\d+)", 1)))
             .cast(pl.Int32, strict=False).alias("batch_size"),
         )
+        # A traceback's message leads with its last line: that capture only on the tracebacks.
+        if ev["_tb"].any():
+            idx = ev["_tb"].arg_true()
+            tbm = ev.select(msg).gather(idx).select(event_message(msg.fill_null(""), pl.lit(True))).to_series()
+            out = out.with_columns(out["message"].scatter(idx, tbm))
+        plan["events"] = out
     return plan
 
 
