@@ -312,11 +312,17 @@ def _prepare(df: pl.DataFrame) -> pl.DataFrame:
     # The generic columns of the generic lines only, put back in file order by a gather whose index is NULL on the
     # fast lines (a gather costs far less than the generic expressions on every line).
     gen = kind.is_null()
-    g = _prepare_generic(df.filter(gen))
+    g = _prepare_generic(df.filter(gen)) if gen.any() else _no_generic(tuple(df.schema.items()))
     at = pl.select(pl.when(gen).then(gen.cum_sum() - 1)).to_series()
     cols = [c for c in g.columns if c not in df.columns]
     return df.with_columns(kind, *g.select(pl.col(cols).gather(at)).get_columns()).with_columns(
         *[pl.col(c).fill_null(False) for c in ("blank", "is_json", "json_ok")]).select(*g.columns, "kind")
+
+
+@functools.cache
+def _no_generic(schema: tuple) -> pl.DataFrame:
+    """`_prepare_generic` of no lines (a frame of fast lines only), once per input schema."""
+    return _prepare_generic(pl.DataFrame(schema=dict(schema)))
 
 
 FAST_SUCCESS, FAST_RADIX = 1, 2
@@ -660,9 +666,10 @@ def _work(lines: pl.DataFrame) -> dict:
         fast = lines.filter(pl.col("kind").is_not_null()).select("line_no", "t", "kind")
         lines = lines.filter(pl.col("kind").is_null())
     lines, blanks = trim_trailing_blanks(lines)
-    recs, bad = _normalise(collapse(lines))
     plan: dict = {"bad": None, "blanks": blanks}
-    if bad.height:
+    # A frame of fast lines only (most of a long-running server's log) skips the record passes altogether.
+    recs, bad = _normalise(collapse(lines)) if lines.height else (None, None)
+    if bad is not None and bad.height:
         salv = _salvage_json(bad)
         args = salv.filter(pl.col("msg").str.starts_with("Args {").fill_null(False))
         cut_args = _args_pairs(args, "Args (cut JSON record)") if args.height else None
@@ -674,7 +681,8 @@ def _work(lines: pl.DataFrame) -> dict:
             pl.col("t").alias("raw"))
         plan["bad"] = (cut_args, int(args["line_count"].sum()) if args.height else 0, rej)
     plan["emit"] = _compute(recs, fast)
-    plan["parsed"] = (int(recs["line_count"].sum()) if recs.height else 0) + (fast.height if fast is not None else 0)
+    plan["parsed"] = (int(recs["line_count"].sum()) if recs is not None and recs.height else 0) + (
+        fast.height if fast is not None else 0)
     return plan
 
 
@@ -850,10 +858,15 @@ def _fast_frames(fast: pl.DataFrame | None):
 
 def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
     """The rows of one frame's records: requests, request events, config, log events (`_emit` writes them). `fast`:
-    the frame's fast lines (`_fast_kind`), each a record of its own, merged with the others in file order."""
-    if recs.height == 0 and fast is None:
+    the frame's fast lines (`_fast_kind`), each a record of its own, merged with the others in file order; `recs`
+    None or empty: the generic parts are skipped."""
+    has = recs is not None and recs.height > 0
+    if not has and fast is None:
         return None
-    plan: dict = {}
+    plan: dict = {"radix": [], "args": None, "config": [], "events": None}
+    fsucc, frad, plain = _fast_frames(fast)
+    if not has:
+        return _compute_fast(plan, fsucc, frad, plain)
     msg, lvl, fields, spans = pl.col("msg"), pl.col("level"), pl.col("fields"), pl.col("spans")
     recs = recs.with_columns(spans.str.extract(P_FIRST_SPAN.regex, 1).alias("first_span"))
     first_span = pl.col("first_span")
@@ -865,7 +878,6 @@ def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
         msg.str.contains(P_RADIX.regex).fill_null(False).alias("is_radix"),
         msg.str.starts_with("Args {").fill_null(False).alias("is_args"),
     )
-    fsucc, frad, plain = _fast_frames(fast)
     # Forward-filled over the frame's records in file order; the leading NULLs get the previous frame's last time in
     # `_emit`. Fast radix events take that time too (as their generic records would).
     if fsucc is None and frad is None and plain is None:
@@ -888,23 +900,10 @@ def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
 
     # -- requests: Success, a Success cut before its message, request-level errors ------------------------------
     req = recs.filter(pl.col("is_success") | pl.col("is_cut") | pl.col("is_req_error"))
-    parts = [_request_rows(d) for d in (req, fsucc) if d is not None and d.height]
-    if plain is not None and plain[0].height:
-        parts.append((*plain, None))
-    plan["requests"] = None
-    if parts:
-        if len(parts) > 1:
-            # The running request index in file order over all parts: each row's rank among the frame's requests.
-            every = np.sort(np.concatenate([p[0]["line_no"].to_numpy() for p in parts]))
-            for out, _, _ in parts:
-                idx = np.searchsorted(every, out["line_no"].to_numpy())
-                out.replace_column(out.get_column_index("request_index"), pl.Series("request_index", idx, pl.Int32))
-        cuts = [p[2] for p in parts if p[2] is not None]
-        plan["requests"] = ([p[0] for p in parts], [p[1] for p in parts], pl.concat(cuts) if cuts else None)
+    plan["requests"] = _request_parts(req, fsucc, plain)
 
     # -- radix prefix-cache admissions ----------------------------------------------------------------------------
     rad = recs.filter(pl.col("is_radix"))
-    plan["radix"] = []
     if rad.height:
         m = msg.str.extract_groups(P_RADIX.regex)
         rad = rad.select("line_no", pl.col("ts_ff").alias("ts_ns"), pl.concat_str(
@@ -968,6 +967,41 @@ def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
             tbm = ev.select(msg).gather(idx).select(event_message(msg.fill_null(""), pl.lit(True))).to_series()
             out = out.with_columns(out["message"].scatter(idx, tbm))
         plan["events"] = out
+    return plan
+
+
+def _request_parts(req: pl.DataFrame | None, fsucc: pl.DataFrame | None, plain) -> tuple | None:
+    """(requests rows, their events, cut Success timings) of a frame's request records, Success lines on the text
+    path and plain Success lines, each part's `request_index` its rank among the frame's requests (file order)."""
+    parts = [_request_rows(d) for d in (req, fsucc) if d is not None and d.height]
+    if plain is not None and plain[0].height:
+        parts.append((*plain, None))
+    if not parts:
+        return None
+    if len(parts) > 1:
+        every = np.sort(np.concatenate([p[0]["line_no"].to_numpy() for p in parts]))
+        for out, _, _ in parts:
+            idx = np.searchsorted(every, out["line_no"].to_numpy())
+            out.replace_column(out.get_column_index("request_index"), pl.Series("request_index", idx, pl.Int32))
+    cuts = [p[2] for p in parts if p[2] is not None]
+    return [p[0] for p in parts], [p[1] for p in parts], pl.concat(cuts) if cuts else None
+
+
+def _compute_fast(plan: dict, fsucc: pl.DataFrame | None, frad: pl.DataFrame | None, plain) -> dict:
+    """`_compute` of a frame with fast lines only: no record is untimed but a pasted Success line (NULL, kept), so
+    no time is carried within the frame; the last time is the timed row with the highest line number."""
+    timed = [d for d in (fsucc, frad, plain[0].select("line_no", pl.col("finish_ns").alias("ts_ns"))
+                         if plain is not None else None) if d is not None and d.height]
+    last_line, plan["last_ts"], plan["timed"] = -1, None, 0
+    for d in timed:
+        t = d.select("line_no", "ts_ns").drop_nulls("ts_ns")
+        plan["timed"] += t.height
+        if t.height and int(t["line_no"][-1]) > last_line:
+            last_line, plan["last_ts"] = int(t["line_no"][-1]), int(t["ts_ns"][-1])
+    plan["requests"] = _request_parts(None, fsucc, plain)
+    if frad is not None and frad.height:
+        plan["radix"].append(frad.select("line_no", pl.lit(None, pl.String).alias("request_id"),
+                                         pl.lit("prefix_match").alias("event"), "ts_ns", "detail"))
     return plan
 
 

@@ -155,3 +155,45 @@ def test_plain_success_edges_same_as_generic(monkeypatch, tmp_path):
     # The first three, and the ones whose searched texts lie outside the span chain, are read from the line.
     assert tgi_mod._plain_success(df)[-1].to_list() == [True, True, True, False, False, False, True, True, True,
                                                          True, True, True, False]
+
+
+def test_frames_of_fast_lines_only_same_as_generic(monkeypatch, tmp_path):
+    """A long-running server's log is Success and radix lines only: such frames skip the record passes
+    (`_compute_fast`). Timed and pasted (untimed) Success lines, radix lines and one generic record between runs of
+    them, in frames small enough that most hold fast lines only."""
+    real = [ln for p in sorted((REAL / "tgi").glob("*_text_*.log"))
+            for ln in p.read_text(encoding="utf-8").splitlines()
+            if ln.endswith(": Success") or " - Suffix " in ln]
+    assert any(ln.startswith("INFO ") for ln in real) and any(" - Suffix " in ln for ln in real)
+    block = real * 15 + PLAIN_EDGES[:3] + ["2024-02-14T06:49:53.000009Z  WARN text_generation_router: a warning",
+                                           "a stray line: a record of its own, untimed"]
+    path = tmp_path / "tgi_fast_only.log"
+    path.write_text("\n".join(block * 2) + "\n", encoding="utf-8")
+    monkeypatch.setattr(lr, "FRAME_BYTES", 4_000)
+    used = []
+    orig = tgi_mod._compute_fast
+    monkeypatch.setattr(tgi_mod, "_compute_fast", lambda *a: used.append(1) or orig(*a))
+    generic, fast, taken = _both(monkeypatch, [path])
+    _same(generic, fast)
+    assert len(used) >= 4 and taken[PLAIN] > 0 and taken[tgi_mod.FAST_RADIX] > 0
+
+
+def test_compute_fast_is_compute_without_records():
+    """`_compute_fast` (a frame of fast lines only) gives the plan `_compute` gives with an empty record frame: the
+    last time is the highest timed line's, whatever the order of the parts (here the frame ends untimed)."""
+    lines = [tgi_mod._L_RADIX, tgi_mod._L_SUCCESS, tgi_mod._L_RADIX.replace("10:46:35", "10:46:36"),
+             tgi_mod._L_UNTIMED, PLAIN_EDGES[0], tgi_mod._L_UNTIMED]
+    df = pl.DataFrame({"line_no": range(10, 10 + len(lines)), "t": lines})
+    fast = df.with_columns(tgi_mod._fast_kind(df).alias("kind"))
+    assert fast["kind"].null_count() == 0
+    empty = tgi_mod._normalise(lr.collapse(
+        tgi_mod._prepare(pl.DataFrame({"line_no": [1], "text": ["x"], "bad_utf8": [False]})).with_columns(
+            pl.lit(0, pl.Int64).alias("gid")).head(0)))[0]
+    full = tgi_mod._compute(empty.with_columns(pl.lit(1, pl.Int64).alias("line_count")).head(0), fast)
+    only = tgi_mod._compute(None, fast)
+    # The highest timed line is the plain Success line 14 (lines 13 and 15 are pasted without a time).
+    assert only["last_ts"] == full["last_ts"] == pl.select(tgi_mod._ts_ns(pl.lit("2024-02-14T06:49:53.000001Z"))).item()
+    assert (only["timed"], only["args"], only["config"], only["events"]) == (full["timed"], None, [], None)
+    for a, b in zip(only["requests"][0] + only["requests"][1] + only["radix"],
+                    full["requests"][0] + full["requests"][1] + full["radix"]):
+        assert a.equals(b)
