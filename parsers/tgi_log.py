@@ -16,8 +16,16 @@ out those the generic path would read as exactly that (literal finds and capture
 skip the head columns and record formation and are read by position (`_fast_frames`), then merged back in file
 order where order matters (the running request index, times carried to untimed records). The Success lines whose
 fields all take the generic path's literal-search branches are read into their request rows straight from the line
-(`_plain_success`), the others through the generic request columns. Everything else takes the generic path. STALLSCOPE_TGI_GENERIC=1 sends every line through the generic path (tests/test_tgi_fastpath.py checks
-both give the same store; bench/compare_ingest.py checks a checkout against another).
+(`_plain_success`), the others through the generic request columns. Everything else takes the generic path (its
+head columns computed on its own lines only); a frame of fast lines only, as most of a long-running server's log
+is, skips the record passes altogether (`_compute_fast`). STALLSCOPE_TGI_GENERIC=1 sends every line through the
+generic path (tests/test_tgi_fastpath.py checks both give the same store; bench/compare_ingest.py checks a checkout
+against another).
+
+Costs (one 8 MB frame, one thread): polars' per-row cost of a string operation (~50-100 ns) makes the ~60
+operations a Success line needs most of it; each frame also pays ~20 ms of fixed per-call cost, so the frame size
+(`logrecords.FRAME_BYTES`) matters. A sub-expression used twice in one eager select is computed twice (eager
+polars does not eliminate common sub-expressions): such pieces are columns first.
 
 Times: TGI prints RFC 3339 UTC with `Z`. A line pasted without its timestamp gives a request with NULL times (it
 still counts); other untimed records inherit the previous timed record's time (NULL when none precedes).
