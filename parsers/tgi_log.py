@@ -14,15 +14,25 @@ group ids from its cumulative sum, `group_by` + `str.join`; no Python loop over 
 Kind first: most of a serving log is `Success` lines and radix lines, each a record of its own. `_fast_kind` picks
 out those the generic path would read as exactly that (literal finds and capture-free regexes on the raw line); they
 skip the head columns and record formation and are read by position (`_fast_frames`), then merged back in file
-order where order matters (the running request index, times carried to untimed records). Everything else takes the
-generic path. STALLSCOPE_TGI_GENERIC=1 sends every line through the generic path (tests/test_tgi_fastpath.py checks
-both give the same store; bench/compare_ingest.py checks a checkout against another).
+order where order matters (the running request index, times carried to untimed records). The Success lines whose
+fields all take the generic path's literal-search branches are read into their request rows straight from the line
+(`_plain_success`), the others through the generic request columns. Everything else takes the generic path (its
+head columns computed on its own lines only); a frame of fast lines only, as most of a long-running server's log
+is, skips the record passes altogether (`_compute_fast`). STALLSCOPE_TGI_GENERIC=1 sends every line through the
+generic path (tests/test_tgi_fastpath.py checks both give the same store; bench/compare_ingest.py checks a checkout
+against another).
+
+Costs (one 8 MB frame, one thread): polars' per-row cost of a string operation (~50-100 ns) makes the ~60
+operations a Success line needs most of it; each frame also pays ~20 ms of fixed per-call cost, so the frame size
+(`logrecords.FRAME_BYTES`) matters. A sub-expression used twice in one eager select is computed twice (eager
+polars does not eliminate common sub-expressions): such pieces are columns first.
 
 Times: TGI prints RFC 3339 UTC with `Z`. A line pasted without its timestamp gives a request with NULL times (it
 still counts); other untimed records inherit the previous timed record's time (NULL when none precedes).
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -307,8 +317,20 @@ def _prepare(df: pl.DataFrame) -> pl.DataFrame:
     kind = _fast_kind(df)
     if kind.null_count() == df.height:
         return _prepare_generic(df).with_columns(kind)
-    g = _prepare_generic(df.with_columns(pl.when(kind.is_null()).then(pl.col("t")).alias("t")))
-    return g.with_columns(df["t"], kind, *[pl.col(c).fill_null(False) for c in ("blank", "is_json", "json_ok")])
+    # The generic columns of the generic lines only, put back in file order by a gather whose index is NULL on the
+    # fast lines (a gather costs far less than the generic expressions on every line).
+    gen = kind.is_null()
+    g = _prepare_generic(df.filter(gen)) if gen.any() else _no_generic(tuple(df.schema.items()))
+    at = pl.select(pl.when(gen).then(gen.cum_sum() - 1)).to_series()
+    cols = [c for c in g.columns if c not in df.columns]
+    return df.with_columns(kind, *g.select(pl.col(cols).gather(at)).get_columns()).with_columns(
+        *[pl.col(c).fill_null(False) for c in ("blank", "is_json", "json_ok")]).select(*g.columns, "kind")
+
+
+@functools.cache
+def _no_generic(schema: tuple) -> pl.DataFrame:
+    """`_prepare_generic` of no lines (a frame of fast lines only), once per input schema."""
+    return _prepare_generic(pl.DataFrame(schema=dict(schema)))
 
 
 FAST_SUCCESS, FAST_RADIX = 1, 2
@@ -337,17 +359,21 @@ def _fast_kind(df: pl.DataFrame) -> pl.Series:
     if generic_only() or df.height == 0:
         return pl.Series("kind", [None] * df.height, dtype=pl.UInt8)
     t = pl.col("t")
-    df = df.select(t, t.str.find(": text_generation_", literal=True).alias("_p"), t.str.len_bytes().alias("_n"))
-    p, n = pl.col("_p"), pl.col("_n")
-    short = n <= 200
+    df = df.select(t, t.str.find(": text_generation_", literal=True).alias("_p"), t.str.len_bytes().alias("_n"),
+                   t.str.ends_with(": Success").alias("_e"), pl.int_range(pl.len(), dtype=pl.UInt32).alias("_i"))
+    p, n, e = pl.col("_p"), pl.col("_n"), pl.col("_e")
+    kind = pl.repeat(None, df.height, dtype=pl.UInt8, eager=True).alias("kind")
+    # Each kind's tests run on its candidates only (lines ending `: Success`; short lines without a target lead).
     # The handler span is the only `{parameters=` / `{total_time=` of the line: P_REQSPAN's last match (the
     # endpoint) is then the head span, whatever the parameters' strings hold.
-    succ = (t.str.ends_with(": Success") & t.str.contains(_FAST_SUCCESS_HEAD)
-            & (t.str.find(_FAST_SUCCESS_TAIL) == p) & (n - p <= 200) & t.str.contains(_TOTAL_TIME)
-            & (t.str.count_matches(r"\{(?:parameters|total_time)=") == 1))
-    return df.select(pl.when(succ.fill_null(False)).then(pl.lit(FAST_SUCCESS, pl.UInt8))
-                     .when((short & p.is_null() & t.str.contains(_FAST_RADIX)).fill_null(False))
-                     .then(pl.lit(FAST_RADIX, pl.UInt8)).alias("kind"))["kind"]
+    succ = (t.str.contains(_FAST_SUCCESS_HEAD) & (t.str.find(_FAST_SUCCESS_TAIL) == p) & (n - p <= 200)
+            & t.str.contains(_TOTAL_TIME) & (t.str.count_matches(r"\{(?:parameters|total_time)=") == 1))
+    for cand, test, value in ((e, succ, FAST_SUCCESS), (~e & (n <= 200) & p.is_null(), t.str.contains(_FAST_RADIX),
+                                                         FAST_RADIX)):
+        hit = df.filter(cand).filter(test)["_i"]
+        if hit.len():
+            kind = kind.scatter(hit, value)
+    return kind
 
 
 def _prepare_generic(df: pl.DataFrame) -> pl.DataFrame:
@@ -496,24 +522,10 @@ def _timings(req: pl.DataFrame) -> list[pl.Series]:
     got = []
     if fast.any():
         parts = g.filter(fast).select(pl.col("tail").str.split_exact('"', 11).alias("p")).unnest("p")
-        vals = []
-        for i, k in enumerate(DURATION_KEYS):
-            # The value is `<number><unit>` (P_SUCCESS_TIMINGS): the unit read off its end, as UNIT_NS has it.
-            v = pl.col(f"field_{2 * i + 1}")
-            mult = (pl.when(v.str.ends_with("ms")).then(UNIT_NS["ms"]).when(v.str.ends_with("ns")).then(UNIT_NS["ns"])
-                    .when(v.str.ends_with("µs") | v.str.ends_with("μs") | v.str.ends_with("us")).then(UNIT_NS["us"])
-                    .otherwise(UNIT_NS["s"]))
-            num = v.str.strip_chars_end("nsµμum").cast(pl.Float64, strict=False)
-            vals.append((num * mult).round(0).cast(pl.Int64, strict=False).alias(k))
-        sd = pl.col("field_11")
-        vals.append(pl.when(sd.str.starts_with("Some(")).then(sd.str.slice(5).str.strip_suffix(")"))
-                    .cast(pl.UInt64, strict=False).alias("seed"))
-        got.append((fast, parts.select(vals)))
+        got.append((fast, parts.select(_layout_values())))
     if not fast.all():
         slow = ~fast
-        got.append((slow, req.filter(slow).select(
-            *[_duration_ns(f, k).alias(k) for k in DURATION_KEYS],
-            f.str.extract(P_SEED.regex, 1).cast(pl.UInt64, strict=False).alias("seed"))))
+        got.append((slow, req.filter(slow).select(_captured_timings())))
     if len(got) == 1:
         return got[0][1].get_columns()
     out = {k: pl.Series(k, [None] * n, dtype=pl.UInt64 if k == "seed" else pl.Int64) for k in names}
@@ -522,6 +534,33 @@ def _timings(req: pl.DataFrame) -> list[pl.Series]:
         for k in names:
             out[k] = out[k].scatter(idx, vals[k])
     return [out[k] for k in names]
+
+
+@functools.cache
+def _layout_values() -> tuple[pl.Expr, ...]:
+    """The durations (ns) and seed of a Success layout split at its quotes (`field_1` … `field_11`). (Expressions
+    are built once per process: building them costs about as much as running them on a small frame.)"""
+    vals = []
+    for i, k in enumerate(DURATION_KEYS):
+        # The value is `<number><unit>` (P_SUCCESS_TIMINGS): the unit read off its end, as UNIT_NS has it.
+        v = pl.col(f"field_{2 * i + 1}")
+        mult = (pl.when(v.str.ends_with("ms")).then(UNIT_NS["ms"]).when(v.str.ends_with("ns")).then(UNIT_NS["ns"])
+                .when(v.str.ends_with("µs") | v.str.ends_with("μs") | v.str.ends_with("us")).then(UNIT_NS["us"])
+                .otherwise(UNIT_NS["s"]))
+        num = v.str.strip_chars_end("nsµμum").cast(pl.Float64, strict=False)
+        vals.append((num * mult).round(0).cast(pl.Int64, strict=False).alias(k))
+    sd = pl.col("field_11")
+    vals.append(pl.when(sd.str.starts_with("Some(")).then(sd.str.slice(5).str.strip_suffix(")"))
+                .cast(pl.UInt64, strict=False).alias("seed"))
+    return tuple(vals)
+
+
+@functools.cache
+def _captured_timings() -> tuple[pl.Expr, ...]:
+    """`_timings`' capture per key (P_DURATION, P_SEED) on `fields`, built once."""
+    f = pl.col("fields")
+    return (*[_duration_ns(f, k).alias(k) for k in DURATION_KEYS],
+            f.str.extract(P_SEED.regex, 1).cast(pl.UInt64, strict=False).alias("seed"))
 
 
 class _State:
@@ -545,7 +584,9 @@ def _normalise(rec: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     # A head whose target is missing was cut inside its span fields: the rest of the line is that span chain.
     spans = pl.coalesce(pl.col("spans"), pl.when(pl.col("target").is_null() & pl.col("rest").str.contains(r"^[a-z_]+\{"))
                         .then(pl.col("rest")))
-    text = rec.filter(pl.col("level").is_not_null() & ~is_json).select(
+    text = rec.filter(pl.col("level").is_not_null() & ~is_json).with_columns(spans.alias("_sp"))
+    spans = pl.col("_sp")
+    text = text.select(
         *common, pl.col("ts"), pl.col("level"), spans.alias("spans"), spans.alias("fields"),
         pl.col("target"),
         with_body(pl.coalesce(pl.col("msg1"), pl.col("rest")), pl.col("cont")).alias("msg"),
@@ -633,9 +674,10 @@ def _work(lines: pl.DataFrame) -> dict:
         fast = lines.filter(pl.col("kind").is_not_null()).select("line_no", "t", "kind")
         lines = lines.filter(pl.col("kind").is_null())
     lines, blanks = trim_trailing_blanks(lines)
-    recs, bad = _normalise(collapse(lines))
     plan: dict = {"bad": None, "blanks": blanks}
-    if bad.height:
+    # A frame of fast lines only (most of a long-running server's log) skips the record passes altogether.
+    recs, bad = _normalise(collapse(lines)) if lines.height else (None, None)
+    if bad is not None and bad.height:
         salv = _salvage_json(bad)
         args = salv.filter(pl.col("msg").str.starts_with("Args {").fill_null(False))
         cut_args = _args_pairs(args, "Args (cut JSON record)") if args.height else None
@@ -647,7 +689,8 @@ def _work(lines: pl.DataFrame) -> dict:
             pl.col("t").alias("raw"))
         plan["bad"] = (cut_args, int(args["line_count"].sum()) if args.height else 0, rej)
     plan["emit"] = _compute(recs, fast)
-    plan["parsed"] = (int(recs["line_count"].sum()) if recs.height else 0) + (fast.height if fast is not None else 0)
+    plan["parsed"] = (int(recs["line_count"].sum()) if recs is not None and recs.height else 0) + (
+        fast.height if fast is not None else 0)
     return plan
 
 
@@ -707,19 +750,101 @@ def _request_rows(req: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Dat
     return out, ev, req.filter(pl.col("is_cut")).select("line_no", *DURATION_KEYS)
 
 
-def _fast_frames(fast: pl.DataFrame | None) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
-    """The fast lines as the generic path would have read them: Success lines as request records (the columns
-    `_request_rows` reads), radix lines as (line_no, ts_ns, detail). Offsets from `find` are bytes: cuts at ASCII
+
+
+def _plain_success(fs: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.Series]:
+    """(requests rows, their success events, which rows they are) of the fast Success lines (`_fast_kind`) whose
+    every field the generic path reads by its literal-search branch: `_timings`' split of the Success layout,
+    `_params`' cut of an unquoted `GenerateParameters { … }`, no `trace_id=`. Each test and offset is the generic
+    one made on the line instead of the span chain `fields` (the head before it holds no quote, brace or
+    `parameters`, and the target after it none of the searched texts), so the values are the generic ones; the
+    other rows (the mask false) take `_fast_frames` + `_request_rows`. Read straight from the line, in a few
+    selects: no `fields` column, no scatter, no record columns."""
+    x = _plain_exprs()
+    got = fs.select(x["pos"]).select(x["got"])
+    mask = got.select(x["ok"]).to_series()
+    rows = got.filter(mask).select(x["parts"]).unnest("_s").select(x["rows"])
+    rows = rows.with_columns(_max_tokens(rows["params"])).with_columns(x["n_out"])
+    out = rows.select(x["out"])
+    return out, out.select(x["ev"]), mask
+
+
+@functools.cache
+def _plain_exprs() -> dict:
+    """`_plain_success`'s expressions, built once."""
+    t = pl.col("t")
+    p, j, k, a, z, w = (pl.col(c) for c in ("_p", "_j", "_k", "_a", "_z", "_w"))
+    x: dict = {}
+    x["pos"] = (
+        "line_no", t, t.str.find(": text_generation_", literal=True).alias("_p"),
+        t.str.find(_TIMING_START).alias("_j"), t.str.find(_TIMING_LIKE).alias("_k"),
+        t.str.find(_GEN_PARAMS, literal=True).alias("_a"), t.str.find("} total_time=", literal=True).alias("_z"),
+        t.str.find("parameters", literal=True).alias("_w"),
+        (t.str.find("INFO ", literal=True) + 5).alias("_h"), t.str.find("{", literal=True).alias("_b"),
+        t.str.find("trace_id=", literal=True).alias("_tr"))
+    tb = t.cast(pl.Binary)
+    params = pl.when(a.is_not_null() & (z > a)).then(tb.bin.slice(a + 11, z - a - 10).cast(pl.String))
+    # `_timings`' test: the first timing-like field of the span chain is the `total_time` that starts its
+    # Success layout, which runs to the chain's end (the first `: text_generation_`).
+    tail = pl.when(k == j + 7).then(tb.bin.slice(j + 1, p - j - 1).cast(pl.String))
+    h = pl.col("_h")
+    x["got"] = (
+        "line_no", t, params.alias("params"), tail.alias("_tail"),
+        # `_params` reads `parameters` with P_PARAMS where its cut gives nothing; `trace_id=` takes P_TRACE_ID.
+        ((a.is_not_null() & (z > a)) | w.is_null() | (w >= p)).alias("_pok"),
+        (pl.col("_tr").is_null() | (pl.col("_tr") >= p)).alias("_tok"),
+        t.str.slice(h, pl.col("_b") - h).alias("endpoint"))
+    tail = pl.col("_tail")
+    x["ok"] = (tail.str.contains(P_SUCCESS_TIMINGS.regex) & pl.col("_pok") & pl.col("_tok")).fill_null(False)
+    x["parts"] = ("line_no", "t", "params", "endpoint", tail.str.split_exact('"', 11).alias("_s"))
+    ts = pl.when(~t.str.starts_with("INFO ")).then(t.str.slice(0, t.str.find("Z", literal=True) + 1))
+    x["rows"] = ("line_no", "params", "endpoint", *_layout_values(), _ts_ns(ts).alias("ts_ns"))
+    total, inf, tpt, ts_ns = pl.col("total_time"), pl.col("inference_time"), pl.col("time_per_token"), pl.col("ts_ns")
+    x["n_out"] = ((inf.cast(pl.Float64) / tpt.cast(pl.Float64)).round(0).cast(pl.Int64, strict=False).alias("_n_out"),
+                  (ts_ns - total).alias("arrival_ns"), (pl.lit("L") + pl.col("line_no").cast(pl.String)).alias("_rid"))
+    n_out, arrival, rid = pl.col("_n_out"), pl.col("arrival_ns"), pl.col("_rid")
+    n_ok = (n_out >= 1) & ((inf // n_out.clip(lower_bound=1) - tpt).abs() <= 1)
+    x["out"] = (
+        "line_no", rid.alias("request_id"), pl.int_range(pl.len()).cast(pl.Int32).alias("request_index"),
+        rid.alias("server_request_id"), pl.lit("tgi").alias("engine"), pl.lit("server").alias("kind"),
+        arrival, ts_ns.alias("finish_ns"),
+        (arrival + pl.col("validation_time") + pl.col("queue_time")).alias("scheduled_ns"),
+        pl.when(n_ok).then(n_out).cast(pl.Int32, strict=False).alias("output_tokens"), "max_tokens",
+        total.alias("e2e_latency_ns"), pl.col("queue_time").alias("queue_ns"),
+        pl.col("validation_time").alias("validation_ns"), inf.alias("inference_ns"),
+        tpt.alias("time_per_token_ns"), pl.lit("ok").alias("status"), pl.lit(None, pl.String).alias("error"),
+        "endpoint", "params", "seed")
+    x["ev"] = ("line_no", "request_id", pl.lit("success").alias("event"), pl.col("finish_ns").alias("ts_ns"),
+               pl.lit(None, pl.String).alias("detail"))
+    return x
+
+
+def _max_tokens(params: pl.Series) -> pl.Series:
+    """P_MAXNEW of each `parameters` text, read once per distinct text (a log repeats a client's parameters)."""
+    u = params.unique().drop_nulls()
+    n = u.to_frame("params").select(pl.col("params").str.extract(P_MAXNEW.regex, 1).cast(pl.Int32, strict=False))
+    return params.replace_strict(u, n.to_series(), default=None, return_dtype=pl.Int32).alias("max_tokens")
+
+
+def _fast_frames(fast: pl.DataFrame | None):
+    """The fast lines as the generic path would have read them: (Success lines as request records (the columns
+    `_request_rows` reads), radix lines as (line_no, ts_ns, detail), the plain Success lines' (requests rows,
+    events) from `_plain_success` or None). Offsets from `find` are bytes: cuts at ASCII
     are made on the bytes; the lead (time, level, handler name) is ASCII by `_fast_kind`, so its offsets are
     characters too."""
     if fast is None:
-        return None, None
+        return None, None, None
     t = pl.col("t")
     ts = pl.when(~t.str.starts_with("INFO ")).then(t.str.slice(0, t.str.find("Z", literal=True) + 1))
     kind = fast["kind"]
-    fsucc = frad = None
+    fsucc = frad = plain = None
     if (kind == FAST_SUCCESS).any():
-        fsucc = fast.filter(kind == FAST_SUCCESS).with_columns(
+        fsucc = fast.filter(kind == FAST_SUCCESS)
+        if not generic_only():
+            *plain, mask = _plain_success(fsucc)
+            fsucc = fsucc.filter(~mask)
+    if fsucc is not None and fsucc.height:
+        fsucc = fsucc.with_columns(
             (t.str.find("INFO ", literal=True) + 5).alias("_a"), t.str.find(": text_generation_", literal=True).alias("_p"),
             t.str.find("{", literal=True).alias("_b"))
         a, p = pl.col("_a"), pl.col("_p")
@@ -730,20 +855,26 @@ def _fast_frames(fast: pl.DataFrame | None) -> tuple[pl.DataFrame | None, pl.Dat
             pl.lit("Success").alias("msg"), name.alias("hspan"), name.alias("first_span"),
             pl.lit(True).alias("is_success"), pl.lit(False).alias("is_cut"), pl.lit(False).alias("is_req_error"))
     if (kind == FAST_RADIX).any():
-        m = t.str.extract_groups(r"Prefix (?P<prefix>\d+) - Suffix (?P<suffix>\d+)$")
-        frad = fast.filter(kind == FAST_RADIX).select(
+        m = pl.col("_m")
+        frad = fast.filter(kind == FAST_RADIX).with_columns(
+            t.str.extract_groups(r"Prefix (?P<prefix>\d+) - Suffix (?P<suffix>\d+)$").alias("_m")).select(
             "line_no", _ts_ns(ts).alias("ts_ns"),
             pl.concat_str([pl.lit("prefix="), m.struct.field("prefix"), pl.lit(" suffix="),
                            m.struct.field("suffix")]).alias("detail"))
-    return fsucc, frad
+    return (fsucc if fsucc is not None and fsucc.height else None), frad, plain
 
 
 def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
     """The rows of one frame's records: requests, request events, config, log events (`_emit` writes them). `fast`:
-    the frame's fast lines (`_fast_kind`), each a record of its own, merged with the others in file order."""
-    if recs.height == 0 and fast is None:
+    the frame's fast lines (`_fast_kind`), each a record of its own, merged with the others in file order; `recs`
+    None or empty: the generic parts are skipped."""
+    has = recs is not None and recs.height > 0
+    if not has and fast is None:
         return None
-    plan: dict = {}
+    plan: dict = {"radix": [], "args": None, "config": [], "events": None}
+    fsucc, frad, plain = _fast_frames(fast)
+    if not has:
+        return _compute_fast(plan, fsucc, frad, plain)
     msg, lvl, fields, spans = pl.col("msg"), pl.col("level"), pl.col("fields"), pl.col("spans")
     recs = recs.with_columns(spans.str.extract(P_FIRST_SPAN.regex, 1).alias("first_span"))
     first_span = pl.col("first_span")
@@ -755,15 +886,16 @@ def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
         msg.str.contains(P_RADIX.regex).fill_null(False).alias("is_radix"),
         msg.str.starts_with("Args {").fill_null(False).alias("is_args"),
     )
-    fsucc, frad = _fast_frames(fast)
     # Forward-filled over the frame's records in file order; the leading NULLs get the previous frame's last time in
     # `_emit`. Fast radix events take that time too (as their generic records would).
-    if fsucc is None and frad is None:
+    if fsucc is None and frad is None and plain is None:
         recs = recs.with_columns(pl.col("ts_ns").forward_fill().alias("ts_ff"))
         times = recs["ts_ns"]
     else:
+        timed = (recs, fsucc, frad,
+                 plain[0].select("line_no", pl.col("finish_ns").alias("ts_ns")) if plain is not None else None)
         seq = pl.concat([d.select("line_no", "ts_ns", pl.lit(i, pl.UInt8).alias("src"))
-                         for i, d in enumerate((recs, fsucc, frad)) if d is not None and d.height]).sort("line_no")
+                         for i, d in enumerate(timed) if d is not None and d.height]).sort("line_no")
         seq = seq.with_columns(pl.col("ts_ns").forward_fill().alias("ts_ff"))
         src = seq["src"]
         recs = recs.with_columns(seq.filter(src == 0)["ts_ff"])
@@ -776,20 +908,10 @@ def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
 
     # -- requests: Success, a Success cut before its message, request-level errors ------------------------------
     req = recs.filter(pl.col("is_success") | pl.col("is_cut") | pl.col("is_req_error"))
-    parts = [_request_rows(d) for d in (req, fsucc) if d is not None and d.height]
-    plan["requests"] = None
-    if parts:
-        if len(parts) == 2:
-            # The running request index in file order over both: each row's rank among the frame's requests.
-            ga, gb = parts[0][0]["line_no"].to_numpy(), parts[1][0]["line_no"].to_numpy()
-            for (out, _, _), own, other in ((parts[0], ga, gb), (parts[1], gb, ga)):
-                idx = np.arange(len(own)) + np.searchsorted(other, own)
-                out.replace_column(out.get_column_index("request_index"), pl.Series("request_index", idx, pl.Int32))
-        plan["requests"] = ([p[0] for p in parts], [p[1] for p in parts], pl.concat([p[2] for p in parts]))
+    plan["requests"] = _request_parts(req, fsucc, plain)
 
     # -- radix prefix-cache admissions ----------------------------------------------------------------------------
     rad = recs.filter(pl.col("is_radix"))
-    plan["radix"] = []
     if rad.height:
         m = msg.str.extract_groups(P_RADIX.regex)
         rad = rad.select("line_no", pl.col("ts_ff").alias("ts_ns"), pl.concat_str(
@@ -827,23 +949,67 @@ def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
                      | pl.col("is_req_error"))
     plan["events"] = None
     if ev.height:
-        tb = looks_like_traceback(msg).fill_null(False)
-        bm = spans.str.extract_groups(P_BATCH.regex)
+        # (A sub-expression used twice in one select is computed twice: the traceback test and the batch span
+        # capture are columns first.)
+        ev = ev.with_columns(wrap_names(ev["wrap"]), looks_like_traceback(msg).fill_null(False).alias("_tb"),
+                             spans.str.extract_groups(P_BATCH.regex).alias("_bm"))
+        tb, bk = pl.col("_tb"), pl.col("_bm").struct.field("kind")
         level = pl.when(lvl == "WARN").then(pl.lit("WARNING")).otherwise(lvl)
         kind = (pl.when(tb).then(pl.lit("traceback")).when(lvl == "ERROR").then(pl.lit("error"))
                 .when(lvl == "WARN").then(pl.lit("warning")).otherwise(pl.lit("message")))
-        ev = ev.with_columns(wrap_names(ev["wrap"]))
-        plan["events"] = ev.select(
+        out = ev.select(
             "line_no", pl.col("line_count").cast(pl.Int32), pl.col("ts_ff").alias("ts_ns"), level.alias("level"),
             "process",
-            kind.alias("kind"), event_message(msg.fill_null(""), tb).alias("message"), pl.col("target"),
-            spans.str.slice(0, MSG_MAX).alias("spans"), bm.struct.field("kind").alias("batch_kind"),
-            pl.when(bm.struct.field("kind").is_not_null()).then(fields.str.extract(P_BATCH_ID.regex, 1))
+            # (event_message of a record that is no traceback: its text, cut at MSG_MAX)
+            kind.alias("kind"), msg.fill_null("").str.slice(0, MSG_MAX).alias("message"), pl.col("target"),
+            spans.str.slice(0, MSG_MAX).alias("spans"), bk.alias("batch_kind"),
+            pl.when(bk.is_not_null()).then(fields.str.extract(P_BATCH_ID.regex, 1))
             .cast(pl.Int64, strict=False).alias("batch_id"),
-            pl.coalesce(bm.struct.field("size"), pl.when(bm.struct.field("kind").is_not_null())
+            pl.coalesce(pl.col("_bm").struct.field("size"), pl.when(bk.is_not_null())
                         .then(fields.str.extract(r"\"batch_size\":(\d+)", 1)))
             .cast(pl.Int32, strict=False).alias("batch_size"),
         )
+        # A traceback's message leads with its last line: that capture only on the tracebacks.
+        if ev["_tb"].any():
+            idx = ev["_tb"].arg_true()
+            tbm = ev.select(msg).gather(idx).select(event_message(msg.fill_null(""), pl.lit(True))).to_series()
+            out = out.with_columns(out["message"].scatter(idx, tbm))
+        plan["events"] = out
+    return plan
+
+
+def _request_parts(req: pl.DataFrame | None, fsucc: pl.DataFrame | None, plain) -> tuple | None:
+    """(requests rows, their events, cut Success timings) of a frame's request records, Success lines on the text
+    path and plain Success lines, each part's `request_index` its rank among the frame's requests (file order)."""
+    parts = [_request_rows(d) for d in (req, fsucc) if d is not None and d.height]
+    if plain is not None and plain[0].height:
+        parts.append((*plain, None))
+    if not parts:
+        return None
+    if len(parts) > 1:
+        every = np.sort(np.concatenate([p[0]["line_no"].to_numpy() for p in parts]))
+        for out, _, _ in parts:
+            idx = np.searchsorted(every, out["line_no"].to_numpy())
+            out.replace_column(out.get_column_index("request_index"), pl.Series("request_index", idx, pl.Int32))
+    cuts = [p[2] for p in parts if p[2] is not None]
+    return [p[0] for p in parts], [p[1] for p in parts], pl.concat(cuts) if cuts else None
+
+
+def _compute_fast(plan: dict, fsucc: pl.DataFrame | None, frad: pl.DataFrame | None, plain) -> dict:
+    """`_compute` of a frame with fast lines only: no record is untimed but a pasted Success line (NULL, kept), so
+    no time is carried within the frame; the last time is the timed row with the highest line number."""
+    timed = [d for d in (fsucc, frad, plain[0].select("line_no", pl.col("finish_ns").alias("ts_ns"))
+                         if plain is not None else None) if d is not None and d.height]
+    last_line, plan["last_ts"], plan["timed"] = -1, None, 0
+    for d in timed:
+        t = d.select("line_no", "ts_ns").drop_nulls("ts_ns")
+        plan["timed"] += t.height
+        if t.height and int(t["line_no"][-1]) > last_line:
+            last_line, plan["last_ts"] = int(t["line_no"][-1]), int(t["ts_ns"][-1])
+    plan["requests"] = _request_parts(None, fsucc, plain)
+    if frad is not None and frad.height:
+        plan["radix"].append(frad.select("line_no", pl.lit(None, pl.String).alias("request_id"),
+                                         pl.lit("prefix_match").alias("event"), "ts_ns", "detail"))
     return plan
 
 
@@ -866,9 +1032,10 @@ def _emit(ctx: ParseContext, plan: dict | None, st: _State) -> None:
         st.req_index += sum(out.height for out in outs)
         for ev in evs:
             ctx.write("request_events", ev)
-        note_rows(ctx, cut, lambda r: (
-            f"line {r['line_no']}: Success record cut off before its message; kept "
-            f"{', '.join(k for k in DURATION_KEYS if r[k] is not None) or 'no timing'} (status NULL)"))
+        if cut is not None:
+            note_rows(ctx, cut, lambda r: (
+                f"line {r['line_no']}: Success record cut off before its message; kept "
+                f"{', '.join(k for k in DURATION_KEYS if r[k] is not None) or 'no timing'} (status NULL)"))
     for rad in plan["radix"]:
         ctx.write("request_events", carried(rad))
     if plan["args"] is not None:

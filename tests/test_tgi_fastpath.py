@@ -41,18 +41,27 @@ def _digest(paths) -> dict:
     return out
 
 
+PLAIN = "plain"  # key of `taken`: the fast Success lines `_plain_success` read
+
+
 def _both(monkeypatch, paths) -> tuple[dict, dict, dict]:
     """(generic digest, fast digest, how many lines of each fast kind the fast run took)."""
-    taken = {tgi_mod.FAST_SUCCESS: 0, tgi_mod.FAST_RADIX: 0}
-    orig = tgi_mod._fast_kind
+    taken = {tgi_mod.FAST_SUCCESS: 0, tgi_mod.FAST_RADIX: 0, PLAIN: 0}
+    orig, orig_plain = tgi_mod._fast_kind, tgi_mod._plain_success
 
     def counting(df):
         k = orig(df)
-        for kind in taken:
+        for kind in (tgi_mod.FAST_SUCCESS, tgi_mod.FAST_RADIX):
             taken[kind] += int((k == kind).sum())
         return k
 
+    def counting_plain(df):
+        got = orig_plain(df)
+        taken[PLAIN] += int(got[-1].sum())
+        return got
+
     monkeypatch.setattr(tgi_mod, "_fast_kind", counting)
+    monkeypatch.setattr(tgi_mod, "_plain_success", counting_plain)
     monkeypatch.setenv("STALLSCOPE_TGI_GENERIC", "1")
     generic = _digest(paths)
     assert sum(taken.values()) == 0
@@ -74,6 +83,7 @@ def test_real_tgi_logs_same_with_and_without_fast_paths(monkeypatch):
     # The complete text Success lines and the radix line of the real logs take the fast path; the others do not.
     assert taken[tgi_mod.FAST_SUCCESS] >= 3 and taken[tgi_mod.FAST_RADIX] >= 1
     assert generic["requests"][0] > taken[tgi_mod.FAST_SUCCESS]
+    assert 3 <= taken[PLAIN] <= taken[tgi_mod.FAST_SUCCESS]
 
 
 @pytest.mark.parametrize("frame_bytes", [None, 40_000])
@@ -87,6 +97,8 @@ def test_bench_style_log_same_with_and_without_fast_paths(monkeypatch, tmp_path,
     n_req = generic["requests"][0]
     assert taken[tgi_mod.FAST_SUCCESS] > n_req // 2  # most requests are plain Success lines: the fast path
     assert taken[tgi_mod.FAST_RADIX] > 0
+    # Most fast Success lines are read straight from the line; the look-alikes among them are not.
+    assert taken[tgi_mod.FAST_SUCCESS] // 2 < taken[PLAIN] < taken[tgi_mod.FAST_SUCCESS]
 
 
 def test_fast_kind_refuses_the_look_alikes():
@@ -106,3 +118,82 @@ def test_fast_kind_refuses_the_look_alikes():
             assert k is None, t
     real = [tgi_mod._L_SUCCESS, tgi_mod._L_CHAT, tgi_mod._L_UNTIMED, tgi_mod._L_RADIX]
     assert tgi_mod._fast_kind(pl.DataFrame({"t": real})).to_list() == [1, 1, 1, 2]
+
+
+_HEAD = "2024-02-14T06:49:53.000001Z  INFO "
+_TAIL = ('total_time="611.286748ms" validation_time="754.5µs" queue_time="127.337µs" inference_time="610.405028ms" '
+         'time_per_token="43.600359ms" seed="Some(18446744073709551615)"}: text_generation_router::server: '
+         'router/src/server.rs:299: Success')
+_GP = "generate{parameters=GenerateParameters { best_of: None, max_new_tokens: Some(7), stop: [], seed: None } "
+# Success lines at the edges of what `_plain_success` reads from the line (each is a fast Success line; which of
+# them the plain lane takes decides only the speed, never the rows).
+PLAIN_EDGES = [
+    _HEAD + _GP + _TAIL,                                                          # taken
+    "INFO " + _GP + _TAIL,                                                        # untimed: taken
+    _HEAD + "chat_completions{" + _TAIL,                                          # no parameters: taken
+    _HEAD + _GP.replace("stop: []", 'stop: ["trace_id=4bf92f3577b34da6a3ce929d0e0e4736"]') + _TAIL,  # P_TRACE_ID
+    _HEAD + 'chat_completions{parameters="GenerateParameters { top_n_tokens: None }" ' + _TAIL,  # quoted: P_PARAMS
+    _HEAD + _GP.replace("stop: []", 'stop: ["parameters"]').replace("GenerateParameters {", "Params {", 1) + _TAIL,
+    _HEAD + _GP.replace("max_new_tokens: Some(7)", "max_new_tokens: None, x: \"max_new_tokens: 5\"") + _TAIL,
+    _HEAD + _GP + _TAIL.replace("text_generation_router::server", "text_generation_parameters"),
+    _HEAD + "chat_completions{" + _TAIL.replace("text_generation_router::server", "text_generation_parameters"),
+    _HEAD + _GP + _TAIL.replace('seed="Some(18446744073709551615)"', 'seed="Some(18446744073709551616)"'),
+    _HEAD + _GP + _TAIL.replace('total_time="611.286748ms"', 'total_time="0.0000000000001234567s"'),
+    _HEAD + _GP.replace("stop: []", 'stop: ["ü", "} total_time=x"]') + _TAIL,
+    _HEAD + _GP.replace("stop: []", 'stop: [queue_time="5ms"]') + _TAIL,          # P_DURATION's first match
+]
+
+
+def test_plain_success_edges_same_as_generic(monkeypatch, tmp_path):
+    path = tmp_path / "tgi_plain_edges.log"
+    path.write_text("\n".join(PLAIN_EDGES + _equiv_module().TRICKY) + "\n", encoding="utf-8")
+    generic, fast, taken = _both(monkeypatch, [path])
+    _same(generic, fast)
+    assert taken[tgi_mod.FAST_SUCCESS] >= len(PLAIN_EDGES)
+    df = pl.DataFrame({"line_no": range(len(PLAIN_EDGES)), "t": PLAIN_EDGES})
+    assert tgi_mod._fast_kind(df).to_list() == [tgi_mod.FAST_SUCCESS] * len(PLAIN_EDGES)
+    # The first three, and the ones whose searched texts lie outside the span chain, are read from the line.
+    assert tgi_mod._plain_success(df)[-1].to_list() == [True, True, True, False, False, False, True, True, True,
+                                                         True, True, True, False]
+
+
+def test_frames_of_fast_lines_only_same_as_generic(monkeypatch, tmp_path):
+    """A long-running server's log is Success and radix lines only: such frames skip the record passes
+    (`_compute_fast`). Timed and pasted (untimed) Success lines, radix lines and one generic record between runs of
+    them, in frames small enough that most hold fast lines only."""
+    real = [ln for p in sorted((REAL / "tgi").glob("*_text_*.log"))
+            for ln in p.read_text(encoding="utf-8").splitlines()
+            if ln.endswith(": Success") or " - Suffix " in ln]
+    assert any(ln.startswith("INFO ") for ln in real) and any(" - Suffix " in ln for ln in real)
+    block = real * 15 + PLAIN_EDGES[:3] + ["2024-02-14T06:49:53.000009Z  WARN text_generation_router: a warning",
+                                           "a stray line: a record of its own, untimed"]
+    path = tmp_path / "tgi_fast_only.log"
+    path.write_text("\n".join(block * 2) + "\n", encoding="utf-8")
+    monkeypatch.setattr(lr, "FRAME_BYTES", 4_000)
+    used = []
+    orig = tgi_mod._compute_fast
+    monkeypatch.setattr(tgi_mod, "_compute_fast", lambda *a: used.append(1) or orig(*a))
+    generic, fast, taken = _both(monkeypatch, [path])
+    _same(generic, fast)
+    assert len(used) >= 4 and taken[PLAIN] > 0 and taken[tgi_mod.FAST_RADIX] > 0
+
+
+def test_compute_fast_is_compute_without_records():
+    """`_compute_fast` (a frame of fast lines only) gives the plan `_compute` gives with an empty record frame: the
+    last time is the highest timed line's, whatever the order of the parts (here the frame ends untimed)."""
+    lines = [tgi_mod._L_RADIX, tgi_mod._L_SUCCESS, tgi_mod._L_RADIX.replace("10:46:35", "10:46:36"),
+             tgi_mod._L_UNTIMED, PLAIN_EDGES[0], tgi_mod._L_UNTIMED]
+    df = pl.DataFrame({"line_no": range(10, 10 + len(lines)), "t": lines})
+    fast = df.with_columns(tgi_mod._fast_kind(df).alias("kind"))
+    assert fast["kind"].null_count() == 0
+    empty = tgi_mod._normalise(lr.collapse(
+        tgi_mod._prepare(pl.DataFrame({"line_no": [1], "text": ["x"], "bad_utf8": [False]})).with_columns(
+            pl.lit(0, pl.Int64).alias("gid")).head(0)))[0]
+    full = tgi_mod._compute(empty.with_columns(pl.lit(1, pl.Int64).alias("line_count")).head(0), fast)
+    only = tgi_mod._compute(None, fast)
+    # The highest timed line is the plain Success line 14 (lines 13 and 15 are pasted without a time).
+    assert only["last_ts"] == full["last_ts"] == pl.select(tgi_mod._ts_ns(pl.lit("2024-02-14T06:49:53.000001Z"))).item()
+    assert (only["timed"], only["args"], only["config"], only["events"]) == (full["timed"], None, [], None)
+    for a, b in zip(only["requests"][0] + only["requests"][1] + only["radix"],
+                    full["requests"][0] + full["requests"][1] + full["radix"]):
+        assert a.equals(b)
