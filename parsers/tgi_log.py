@@ -1053,6 +1053,7 @@ class TgiLogParser(Parser):
     version = VERSION
     formats = ("tgi_log",)
     order = 50
+    duckdb_threads = 1  # rows are only appended (Parser.duckdb_threads)
 
     def sniff(self, head: bytes, inp: InputFile):
         return sniff_tgi(head)
