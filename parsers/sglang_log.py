@@ -679,6 +679,12 @@ def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _St
         if bad is not None:
             ctx.write_rejects(bad.to_arrow())
             st.rejected_batches += bad.height
+    return _rest_batches(ctx, lines, b, st, parts, n)
+
+
+def _rest_batches(ctx: ParseContext, lines: pl.DataFrame, b: pl.DataFrame, st: _State, parts: list, n: int) -> int:
+    """The batch records the fast way left (`b`) read by the generic reader, and every part's rows written in line
+    order; returns the lines parsed (`n`, the fast way's, and the generic reader's)."""
     if b.height:
         out, k = _generic_batches(ctx, lines, b, st)
         if out is not None:
@@ -1150,17 +1156,11 @@ def _lean_batches(ctx: ParseContext, lean: pl.DataFrame, st: _State) -> int:
         if bad is not None:
             ctx.write_rejects(bad.to_arrow())
             st.rejected_batches += bad.height
-    if b.height:
-        recs = b.select("line_no", pl.col("line_no").alias("gid"), pl.col("t").str.slice(pl.col("_c") + 2).alias("msg1"),
-                        "ts_ff", "ranks", pl.lit(None, pl.String).alias("process"), pl.lit(False).alias("debris"),
-                        pl.lit(1, pl.Int64).alias("line_count"), "t")
-        out, k = _generic_batches(ctx, recs.select("line_no", "gid", "t"), recs, st)
-        if out is not None:
-            parts.append(out)
-        n += k
-    if parts:
-        ctx.write("engine_batches", pl.concat(parts).sort("line_no") if len(parts) > 1 else parts[0])
-    return n
+    # The rest as the one-line records they are.
+    recs = b.select("line_no", pl.col("line_no").alias("gid"), pl.col("t").str.slice(pl.col("_c") + 2).alias("msg1"),
+                    "ts_ff", "ranks", pl.lit(None, pl.String).alias("process"), pl.lit(False).alias("debris"),
+                    pl.lit(1, pl.Int64).alias("line_count"), "t")
+    return _rest_batches(ctx, recs.select("line_no", "gid", "t"), recs, st, parts, n)
 
 
 def _lean_access(ctx: ParseContext, lean: pl.DataFrame) -> int:

@@ -46,3 +46,24 @@ def by_source(store, sql: str, name: str):
     """Run `sql` with `$sid` standing for the source id of the file called `name`."""
     from conftest import source_id
     return store.sql(sql.replace("$sid", str(source_id(store, name))))
+
+
+def store_tables(paths, tables, said: bool = False) -> dict:
+    """Every canonical table in `tables` of a fresh store holding `paths` (sorted, without source ids), the sources'
+    counts and clock, and with `said` each file's status, message and notes: two parse paths compare with `same_tables`."""
+    import stallscope
+    with stallscope.open(":memory:") as s:
+        report = s.ingest(paths)
+        out = {t: s.table(t).drop("source_id") for t in tables}
+        out = {t: df.sort(df.columns, nulls_last=True) for t, df in out.items()}
+        out["sources"] = s.sql("SELECT path, format, records_parsed, records_skipped, records_rejected, first_ns, "
+                               "last_ns, clock_method, clock_note FROM sources ORDER BY path").rows()
+        if said:
+            out["said"] = [(r.status, r.message, sorted(r.notes)) for r in report]
+    return out
+
+
+def same_tables(a: dict, b: dict) -> None:
+    import polars as pl
+    for k, v in a.items():
+        assert (v.equals(b[k]) if isinstance(v, pl.DataFrame) else v == b[k]), k

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import re
 
-import polars as pl
 import pytest
 
-import stallscope
 import stallscope.parsers.sglang_log as sg
 from conftest import REAL
+from helpers import same_tables, store_tables
 
 TABLES = ("requests", "request_events", "engine_batches", "log_events", "engine_config", "rejects")
 
@@ -72,18 +71,7 @@ def _bench_style(path):
 
 def _tables(paths, fast: bool, monkeypatch) -> dict:
     monkeypatch.setattr(sg, "FAST_BATCHES", fast)
-    with stallscope.open(":memory:") as s:
-        s.ingest(paths)
-        out = {t: s.table(t).drop("source_id") for t in TABLES}
-        out = {t: df.sort(df.columns, nulls_last=True) for t, df in out.items()}
-        out["sources"] = s.sql("SELECT path, format, records_parsed, records_skipped, records_rejected, first_ns, "
-                               "last_ns, clock_method, clock_note FROM sources ORDER BY path").rows()
-    return out
-
-
-def _same(a: dict, b: dict) -> None:
-    for k, v in a.items():
-        assert (v.equals(b[k]) if isinstance(v, pl.DataFrame) else v == b[k]), k
+    return store_tables(paths, TABLES)
 
 
 @pytest.fixture
@@ -99,7 +87,7 @@ def test_fast_batches_equal_the_generic_reader_on_every_real_log(monkeypatch, fa
     paths = sorted((REAL / "sglang").glob("*.log"))
     fast = _tables(paths, True, monkeypatch)
     assert sum(fast_rows) >= 20
-    _same(fast, _tables(paths, False, monkeypatch))
+    same_tables(fast, _tables(paths, False, monkeypatch))
 
 
 def test_fast_batches_equal_the_generic_reader_behind_wrappers_and_on_edge_lines(tmp_path, monkeypatch, fast_rows):
@@ -107,4 +95,4 @@ def test_fast_batches_equal_the_generic_reader_behind_wrappers_and_on_edge_lines
     fast = _tables([path], True, monkeypatch)
     assert sum(fast_rows) > 0.4 * fast["engine_batches"].height
     assert fast["rejects"].height > 0 and fast["engine_batches"]["extra"].drop_nulls().len() > 0
-    _same(fast, _tables([path], False, monkeypatch))
+    same_tables(fast, _tables([path], False, monkeypatch))

@@ -11,10 +11,10 @@ import gzip
 import polars as pl
 import pytest
 
-import stallscope
 import stallscope.parsers.logrecords as lr
 import stallscope.parsers.sglang_log as sg
 from conftest import REAL
+from helpers import same_tables, store_tables
 from test_sglang_fast import TABLES, _bench_style
 
 B = ("Decode batch, #running-req: 3, #token: 90, token usage: 0.01, cuda graph: True, gen throughput (token/s): "
@@ -61,19 +61,7 @@ def _tables(paths, lean: bool, monkeypatch, frame_bytes: int | None = None) -> d
     monkeypatch.setattr(sg, "FAST_BATCHES", lean)
     if frame_bytes:
         monkeypatch.setattr(lr, "FRAME_BYTES", frame_bytes)
-    with stallscope.open(":memory:") as s:
-        report = s.ingest(paths)
-        out = {t: s.table(t).drop("source_id") for t in TABLES}
-        out = {t: df.sort(df.columns, nulls_last=True) for t, df in out.items()}
-        out["sources"] = s.sql("SELECT path, format, records_parsed, records_skipped, records_rejected, first_ns, "
-                               "last_ns, clock_method, clock_note FROM sources ORDER BY path").rows()
-        out["said"] = [(r.status, r.message, sorted(r.notes)) for r in report]
-    return out
-
-
-def _same(a: dict, b: dict) -> None:
-    for k, v in a.items():
-        assert (v.equals(b[k]) if isinstance(v, pl.DataFrame) else v == b[k]), k
+    return store_tables(paths, TABLES, said=True)
 
 
 @pytest.fixture
@@ -98,7 +86,7 @@ def test_lean_lane_equals_the_generic_path_on_every_real_log(monkeypatch, lean_l
     paths = sorted((REAL / "sglang").glob("*.log"))
     lean = _tables(paths, True, monkeypatch)
     assert sum(lean_lines) >= 20
-    _same(lean, _tables(paths, False, monkeypatch))
+    same_tables(lean, _tables(paths, False, monkeypatch))
 
 
 @pytest.mark.parametrize("frame_bytes", [None, 2000])
@@ -111,14 +99,14 @@ def test_lean_lane_equals_the_generic_path_on_edge_lines(tmp_path, monkeypatch, 
     # The untimed traceback after a batch line inherits its time.
     tb = lean["log_events"].filter(pl.col("kind") == "traceback")
     assert tb.height and tb["ts_ns"].null_count() == 0
-    _same(lean, _tables([path], False, monkeypatch, frame_bytes))
+    same_tables(lean, _tables([path], False, monkeypatch, frame_bytes))
 
 
 def test_lean_lane_equals_the_generic_path_behind_wrappers(tmp_path, monkeypatch, lean_lines):
     path = _bench_style(tmp_path / "bench_style.log")
     lean = _tables([path], True, monkeypatch, 30_000)
     assert sum(lean_lines) >= 100
-    _same(lean, _tables([path], False, monkeypatch, 30_000))
+    same_tables(lean, _tables([path], False, monkeypatch, 30_000))
 
 
 @pytest.mark.parametrize("frame_bytes", [None, 3000])
@@ -132,4 +120,4 @@ def test_lean_lane_equals_the_generic_path_on_a_cut_gzip_with_bad_bytes(tmp_path
     path.write_bytes(z[: len(z) * 3 // 4])  # cut mid-stream: its last line is rejected
     lean = _tables([path], True, monkeypatch, frame_bytes)
     assert sum(lean_lines) >= 50 and "gzip" in lean["rejects"].sort("line_no")["reason"][-1]
-    _same(lean, _tables([path], False, monkeypatch, frame_bytes))
+    same_tables(lean, _tables([path], False, monkeypatch, frame_bytes))
