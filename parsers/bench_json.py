@@ -526,10 +526,11 @@ def _check_run_fields(obj: dict) -> dict[str, str]:
     """Run-level fields whose value is not what the field means: key -> what is wrong (for a note)."""
     bad: dict[str, str] = {}
     for k, v in obj.items():
-        if k in PER_REQUEST or v is None:
+        # A null is an unknown, not a wrong value, except where a figure needs the field (_NEEDS): said there too.
+        if k in PER_REQUEST or (v is None and k not in _NEEDS):
             continue
         if k == "duration":
-            if not (_is_float(v) and math.isfinite(v) and 0 <= v <= MAX_SECONDS):
+            if v is None or not (_is_float(v) and math.isfinite(v) and 0 <= v <= MAX_SECONDS):
                 bad[k] = f"is {_show(v)}, not a number of seconds"
         elif k in _COUNTS:
             if not (_is_int(v) and v >= 0) and not (isinstance(v, float) and v.is_integer() and v >= 0):
@@ -543,6 +544,8 @@ def _check_run_fields(obj: dict) -> dict[str, str]:
 
 
 def _show(v) -> str:
+    if v is None:
+        return "null"
     if isinstance(v, float) and not math.isfinite(v):
         return "NaN" if math.isnan(v) else ("infinite" if v > 0 else "-infinite")
     if isinstance(v, str):

@@ -173,6 +173,20 @@ def test_bad_run_level_numbers_are_notes_not_exceptions(tmp_path):
     _no_internal_text(report)
 
 
+def test_a_null_duration_is_said_like_a_bad_one(tmp_path):
+    # Found by the fuzz harness (`("run", "duration", None)`): a null was skipped silently, where the run start and
+    # the run's window need the field.
+    obj = json.loads(real(BENCH).read_bytes())
+    obj["duration"] = None
+    p = tmp_path / "bench.json"
+    p.write_text(json.dumps(obj))
+    s, report, _ = _ingest(p)
+    r = report[0]
+    assert r.status == "ingested" and r.rejected == 0
+    assert any("`duration` is null, not a number of seconds: the run start" in x for x in r.notes), r.notes
+    assert s.sql("SELECT value_num FROM engine_config WHERE key = 'run_start_anchor_ns'").item() is None
+
+
 DEEP = b"[" * 100_000 + b"]" * 100_000
 
 
