@@ -140,7 +140,7 @@ trace_mutation = st.one_of(
 )
 
 # No shrinking: a failure is reported as generated, at once (shrinking a slow ingest takes minutes).
-FUZZ = settings(max_examples=70, derandomize=True, database=None, deadline=None,
+FUZZ = settings(max_examples=50, derandomize=True, database=None, deadline=None,
                 phases=(Phase.explicit, Phase.generate), report_multiple_bugs=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
@@ -218,7 +218,7 @@ bench_mutation = st.one_of(
 )
 
 
-@settings(FUZZ, max_examples=35)
+@settings(FUZZ, max_examples=25)
 @given(file=st.sampled_from(BENCH_FILES), mutation=bench_mutation)
 def test_damaged_benchmark_results(tmp_path, file, mutation):
     obj, n = bench_sample(file)
