@@ -556,15 +556,7 @@ class _Run:
                 _int(c("pending")).alias("waiting_reqs"), _num(c("gpu_kv")).alias("gpu_kv_cache_usage_pct"),
                 _num(c("cpu_kv")).alias("cpu_kv_cache_usage_pct")))
         if v1.height:
-            out.emit("engine_stats", v1.select(
-                *base, _int(c("engine")).alias("engine_index"), _int(c("n_engines")).alias("engines_aggregated"),
-                _num(c("prompt")).alias("prompt_throughput_tps"), _num(c("gen")).alias("generation_throughput_tps"),
-                _int(c("running")).alias("running_reqs"), _int(c("waiting")).alias("waiting_reqs"),
-                _int(c("deferred")).alias("deferred_reqs"), _int(c("preemptions")).alias("preemptions"),
-                _num(c("gpu_kv")).alias("gpu_kv_cache_usage_pct"), _num(c("hit")).alias("prefix_cache_hit_rate_pct"),
-                _int(c("corrupted")).alias("corrupted_reqs"),
-                _num(c("ext_hit")).alias("external_prefix_cache_hit_rate_pct"),
-                _num(c("mm_hit")).alias("mm_cache_hit_rate_pct")))
+            out.emit("engine_stats", v1.select(*_v1_stats_columns(base, [c(g) for *_, g in P.STATS_V1_FIELDS])))
         left = g1.filter(c("prompt").is_null())["line_no"]
         loose = self._loose_stats(rest.filter(c("line_no").is_in(left.implode())), out) if left.len() else None
         if loose is not None:
@@ -582,18 +574,13 @@ class _Run:
         if g.height == 0:
             return None
         r = c("rest")
-        known = [k for k, _, _ in P.STATS_V1_FIELDS]
+        known = [k for k, *_ in P.STATS_V1_FIELDS]
         keys = g.select(r.str.extract_all(r"(?:^|, )[A-Za-z][A-Za-z ]*: ").list.eval(
             pl.element().str.strip_prefix(", ").str.strip_suffix(": ")).explode().alias("k")).drop_nulls()
         for k, n in keys.filter(~c("k").is_in(known)).group_by("k").len().iter_rows():
             out.odd_stats[k] = out.odd_stats.get(k, 0) + n
-        num = {"deferred_reqs": _int, "preemptions": _int, "corrupted_reqs": _int}
-        out.emit("engine_stats", g.select(
-            *base, _int(c("engine")).alias("engine_index"), _int(c("n_engines")).alias("engines_aggregated"),
-            _num(c("prompt")).alias("prompt_throughput_tps"), _num(c("gen")).alias("generation_throughput_tps"),
-            _int(c("running")).alias("running_reqs"), _int(c("waiting")).alias("waiting_reqs"),
-            *[num.get(col, _num)(r.str.extract(rf"(?:^|, ){k}: {v}(?:,|$)", 1)).alias(col)
-              for k, v, col in P.STATS_V1_FIELDS]))
+        out.emit("engine_stats", g.select(*_v1_stats_columns(
+            base, [r.str.extract(rf"(?:^|, ){k}: {v}(?:,|$)", 1) for k, v, *_ in P.STATS_V1_FIELDS])))
         return g["line_no"]
 
     def _after_stats(self, df: pl.DataFrame, out: "_Out") -> None:
@@ -1156,6 +1143,19 @@ def _patch(df: pl.DataFrame, mask: pl.Series, col: str, expr: pl.Expr) -> pl.Dat
         return df
     new = df.select(col).gather(idx).select(expr).to_series()
     return df.with_columns(df[col].scatter(idx, new))
+
+
+_V1_INT_COLUMNS = {"deferred_reqs", "preemptions", "corrupted_reqs"}
+
+
+def _v1_stats_columns(base: list, fields: list[pl.Expr]) -> list[pl.Expr]:
+    """engine_stats columns of V1 stats lines: the fields up to Waiting from the groups of STATS_V1 or
+    STATS_V1_LOOSE (the same names), then `fields`, the text of each STATS_V1_FIELDS field in its order."""
+    return [*base, _int(c("engine")).alias("engine_index"), _int(c("n_engines")).alias("engines_aggregated"),
+            _num(c("prompt")).alias("prompt_throughput_tps"), _num(c("gen")).alias("generation_throughput_tps"),
+            _int(c("running")).alias("running_reqs"), _int(c("waiting")).alias("waiting_reqs"),
+            *[(_int if col in _V1_INT_COLUMNS else _num)(e).alias(col)
+              for e, (_, _, col, _) in zip(fields, P.STATS_V1_FIELDS)]]
 
 
 class _Out:

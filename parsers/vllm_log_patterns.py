@@ -204,15 +204,15 @@ STATS_V1 = Pattern(
     doc="msg: V1 engine stats (v1/metrics/loggers.py), 0.7 → 2026: optional `Engine NNN:` / `N Engines Aggregated:`, "
         "optional Deferred, Preemptions, KV usage, prefix/external/MM cache hit rates, Corrupted.")
 
-# Fields of a V1 stats line after `Waiting: N reqs`, each read by its key (STATS_V1_LOOSE lines): (key, value regex
-# with one group, column).
+# Fields of a V1 stats line after `Waiting: N reqs`: (key, value regex with one group, column, STATS_V1's group).
+# STATS_V1 reads them in this order by its groups, STATS_V1_LOOSE lines by key.
 STATS_V1_FIELDS = [
-    ("Deferred", r"(\d+) reqs", "deferred_reqs"), ("Preemptions", r"(\d+)", "preemptions"),
-    ("GPU KV cache usage", "(" + NUM + ")%", "gpu_kv_cache_usage_pct"),
-    ("Prefix cache hit rate", "(" + NUM + ")%", "prefix_cache_hit_rate_pct"),
-    ("Corrupted", r"(\d+) reqs", "corrupted_reqs"),
-    ("External prefix cache hit rate", "(" + NUM + ")%", "external_prefix_cache_hit_rate_pct"),
-    ("MM cache hit rate", "(" + NUM + ")%", "mm_cache_hit_rate_pct"),
+    ("Deferred", r"(\d+) reqs", "deferred_reqs", "deferred"), ("Preemptions", r"(\d+)", "preemptions", "preemptions"),
+    ("GPU KV cache usage", "(" + NUM + ")%", "gpu_kv_cache_usage_pct", "gpu_kv"),
+    ("Prefix cache hit rate", "(" + NUM + ")%", "prefix_cache_hit_rate_pct", "hit"),
+    ("Corrupted", r"(\d+) reqs", "corrupted_reqs", "corrupted"),
+    ("External prefix cache hit rate", "(" + NUM + ")%", "external_prefix_cache_hit_rate_pct", "ext_hit"),
+    ("MM cache hit rate", "(" + NUM + ")%", "mm_cache_hit_rate_pct", "mm_hit"),
 ]
 STATS_V1_LOOSE = Pattern(
     "stats_v1_loose",
