@@ -2,10 +2,10 @@
 must do, written the cheapest way polars, numpy and DuckDB allow, on both cores. `bench_logs.py` runs it beside
 stallscope and the Python line loop.
 
-Per engine it reads the file in 8 MB frames (`parsers.lines.frame_lines`: numpy finds the lines, an Arrow
-string-view array over the block, no copy), keeps the lines of the main kind by literal tests, reads their fields by
-literal position (find, slice, split, cast: no capture groups), turns timestamps into int64 ns once per distinct
-text, and inserts the rows into a DuckDB file. Two frames are worked at once on a thread pool (polars releases the
+Per engine it reads the file in 8 MB frames (`parsers.lines.iter_line_frames`, stallscope's own front end: numpy
+finds the lines, an Arrow string-view array over the block, no copy), keeps the lines of the main kind by literal
+tests, reads their fields by literal position (find, slice, split, cast: no capture groups), turns timestamps into
+int64 ns once per distinct text, and inserts the rows into a DuckDB file. Two frames are worked at once on a thread pool (polars releases the
 GIL; `parsers.lines.ordered_map`) while the main thread inserts, as stallscope does.
 
 It does less than a parser: one field layout per label (the first seen; other layouts are skipped, not read), no
@@ -25,26 +25,15 @@ import duckdb
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from parsers.lines import frame_lines, ordered_map  # noqa: E402
+from parsers.base import InputFile  # noqa: E402
+from parsers.lines import iter_line_frames, ordered_map  # noqa: E402
 
 FRAME = 8 << 20
 T = pl.col("text")
 
 
 def frames(path: str) -> Iterator[pl.DataFrame]:
-    with open(path, "rb") as f:
-        carry, n = b"", 1
-        while block := f.read(FRAME):
-            buf = carry + block
-            cut = buf.rfind(b"\n") + 1
-            if cut == 0:
-                carry = buf
-                continue
-            df = frame_lines(buf[:cut], n)
-            carry, n = buf[cut:], n + df.height
-            yield df
-        if carry:
-            yield frame_lines(carry + b"\n", n)
+    return iter_line_frames(InputFile(Path(path)), block_bytes=FRAME)
 
 
 def _ns(ts: pl.Series, fmt: str) -> pl.Series:
