@@ -24,9 +24,8 @@ from typing import Callable, Iterator
 import duckdb
 import polars as pl
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from parsers.base import InputFile  # noqa: E402
-from parsers.lines import iter_line_frames, ordered_map  # noqa: E402
+from stallscope.parsers.base import InputFile
+from stallscope.parsers.lines import iter_line_frames, ordered_map
 
 FRAME = 8 << 20
 T = pl.col("text")

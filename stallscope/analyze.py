@@ -1,6 +1,6 @@
 """Stall forensics end to end: install the SQL analyses, run them once, and assemble the versioned report.
 
-The numbers all come from the views in queries/ (spikes, spike_attribution, spike_culprits,
+The numbers all come from the views in stallscope/queries/analysis/ (spikes, spike_attribution, spike_culprits,
 goodput_runs, ...); this module sets their parameters, materialises the expensive ones once, and shapes the
 result as the `stallscope.analysis/1` JSON documented in docs/analysis-json.md.
 """

@@ -70,7 +70,7 @@ def ingest(paths: list[Path] = typer.Argument(..., help="Files or directories (t
 
     Exits 0 when at least one file gave usable rows (each file that could not be read is one warning line);
     non-zero when nothing usable was read, or with --strict when any file failed."""
-    from .ingest import ingest_paths
+    from .ingest.orchestrate import ingest_paths
     from .parsers import Options
 
     opts = Options(year=year, tz=tz, keep_python_functions=not no_python_functions)

@@ -1,4 +1,4 @@
-"""Install the analyses of queries/*.sql on a connection: one documented view or table macro per file.
+"""Install the analyses of queries/<concept>/*.sql on a connection: one documented view or table macro per file.
 
 Each file starts with a comment header, in the manner of Perfetto's trace-processor stdlib:
 
@@ -71,11 +71,22 @@ def all_queries(*, fleet: bool = False) -> dict[str, QueryDef]:
     """Every query shipped in stallscope.queries, keyed by name: the store's analyses, or (fleet=True) the fleet
     rollup's `fleet_*` views over a lake."""
     out = {}
-    for f in sorted(resources.files("stallscope.queries").iterdir(), key=lambda p: p.name):
-        if f.name.endswith(".sql") and f.name.startswith(FLEET_PREFIX) == fleet:
+    for f in sorted(_sql_files(resources.files("stallscope.queries")), key=lambda p: p.name):
+        if f.name.startswith(FLEET_PREFIX) == fleet:
             name = f.name[:-4]
+            if name in out:
+                raise ValueError(f"two query files define {name}")
             out[name] = parse(name, f.read_text())
     return out
+
+
+def _sql_files(folder):
+    """The .sql files under `folder`, one level of concept folders deep (queries/analysis/spikes.sql)."""
+    for f in folder.iterdir():
+        if f.is_dir() and not f.name.startswith(("_", ".")):
+            yield from (g for g in f.iterdir() if g.name.endswith(".sql"))
+        elif f.name.endswith(".sql"):
+            yield f
 
 
 def _order(qs: dict[str, QueryDef]) -> list[QueryDef]:

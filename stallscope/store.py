@@ -62,7 +62,7 @@ class Store:
 
     def ingest(self, paths: str | Path | Iterable[str | Path], **kwargs):
         """Ingest files or directories, as `stallscope ingest` does; returns one result per file."""
-        from .ingest import ingest_paths
+        from .ingest.orchestrate import ingest_paths
 
         if isinstance(paths, (str, Path)):
             paths = [paths]

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 import stallscope
-from stallscope import align
+from stallscope.ingest import align
 from stallscope.parsers import Options
 from conftest import real
 
@@ -446,7 +446,7 @@ def test_json_lines_runs_align_one_by_one(tmp_path):
 def test_same_length_burst_pairs_by_output_length():
     """A burst sent in one order and received in another: equal prompt lengths, one second, no finish lines.
     Send order cannot tell them apart; output lengths equal to the server's max_tokens can."""
-    from stallscope.align import assign_in_window
+    from stallscope.ingest.align import assign_in_window
 
     sec = 1_000_000_000
     bench_len = np.array([543, 100, 543, 200])

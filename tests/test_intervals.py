@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from stallscope.intervals import Nesting
+from stallscope.ingest.intervals import Nesting
 
 
 def _nested(draw, thread, lo, hi, depth, out):
@@ -66,7 +66,7 @@ def test_overlapping_ranges_never_yield_a_non_container():
                 max_size=60),
        st.lists(st.tuples(st.sampled_from([-1, 0, 5, 2**40]), st.integers(0, 4), st.integers(0, 1)), max_size=20))
 def test_dense_keys_number_distinct_rows_and_look_up_others(rows, queries):
-    from stallscope.intervals import DenseKeys
+    from stallscope.ingest.intervals import DenseKeys
 
     cols = [np.array([r[i] for r in rows], dtype=np.int64) for i in range(3)]
     keys = DenseKeys(*cols)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from stallscope.memory import arrow_pool, release_freed
+from stallscope.ingest.memory import arrow_pool, release_freed
 
 
 def _has_jemalloc() -> bool:
@@ -39,7 +39,7 @@ def test_a_pool_chosen_by_the_user_is_kept(monkeypatch):
 def test_store_memory_bounds_duckdb_while_loading_and_restores_the_limit(tmp_path):
     import duckdb
 
-    from stallscope.memory import INGEST_DUCKDB_BYTES, store_memory
+    from stallscope.ingest.memory import INGEST_DUCKDB_BYTES, store_memory
 
     con = duckdb.connect(str(tmp_path / "s.duckdb"))
     limit = "SELECT current_setting('memory_limit')"
@@ -70,9 +70,9 @@ def test_an_ingest_leaves_the_store_memory_limit_as_it_found_it(tmp_path):
 def test_a_source_that_runs_out_of_the_ingest_limit_is_loaded_again_without_it(tmp_path, monkeypatch):
     # A limit far too small for the load: the first try fails inside DuckDB, the retry without it succeeds.
     import stallscope
-    from stallscope import memory
+    from stallscope.ingest import memory
 
-    from stallscope import ingest
+    from stallscope.ingest import orchestrate as ingest
 
     monkeypatch.setattr(ingest, "store_memory", lambda con: memory.store_memory(con, 1 << 20))
 

@@ -18,9 +18,8 @@ def test_wheel_contents(tmp_path):
     assert tops <= {"stallscope"} | {t for t in tops if t.endswith(".dist-info")}, tops
     assert "stallscope/parsers/kineto.py" in names and "stallscope/parsers/base.py" in names
     assert "stallscope/queries/__init__.py" in names
-    sql_in_repo = sorted(p.name for p in (ROOT / "queries").glob("*.sql"))
-    assert sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("stallscope/queries/") and n.endswith(".sql")) \
-        == sql_in_repo
+    sql_in_repo = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "stallscope" / "queries").glob("*/*.sql"))
+    assert sorted(n for n in names if n.startswith("stallscope/queries/") and n.endswith(".sql")) == sql_in_repo
     # Real samples are test fixtures: never shipped.
     assert not [n for n in names if "shared" in n or n.endswith((".log", ".json.gz")) or "sample_traces" in n]
     entry = [n for n in names if n.endswith("entry_points.txt")]

@@ -70,7 +70,7 @@ def test_zero_ids_and_one_id_lists_are_read():
 def test_shared_prefix_tokens_the_same_either_way(tmp_path, monkeypatch):
     """A log whose prompts share prefixes lands the same shared_prefix_tokens whether its ids are read from the
     text or split one by one."""
-    from stallscope.ingest import ingest_paths
+    from stallscope.ingest.orchestrate import ingest_paths
     from stallscope.parsers import Options
     from stallscope.store import Store
 
@@ -99,7 +99,7 @@ def test_shared_prefix_tokens_the_same_either_way(tmp_path, monkeypatch):
 def test_the_same_blocks_in_another_order_share_no_prefix(tmp_path):
     """Blocks A, B then B, A: the second prompt shares no prefix with the first (a prefix is blocks in order); A, B,
     C then shares exactly the 32 tokens of A, B."""
-    from stallscope.ingest import ingest_paths
+    from stallscope.ingest.orchestrate import ingest_paths
     from stallscope.parsers import Options
     from stallscope.store import Store
 
@@ -119,7 +119,7 @@ def test_the_same_blocks_in_another_order_share_no_prefix(tmp_path):
 def test_hard_wrapped_received_line_is_read_again_after_joining(tmp_path):
     """A Received line hard-wrapped by a terminal copy is read from its joined message, not from the first piece
     the worker threads saw: the same request row as the unwrapped line."""
-    from stallscope.ingest import ingest_paths
+    from stallscope.ingest.orchestrate import ingest_paths
     from stallscope.parsers import Options
     from stallscope.store import Store
 

@@ -117,7 +117,7 @@ def _localise(shard, tmp: Path) -> tuple[list[Path], dict[str, str]]:
 def run_shard(shard, opts: RunOptions, attempt: int = 1) -> ShardResult:
     """Analyse one shard exactly as `stallscope analyze [--recommend]` analyses one incident."""
     from stallscope.analyze import Options as AOptions, analyze, parse_slo
-    from stallscope.ingest import ingest_paths
+    from stallscope.ingest.orchestrate import ingest_paths
     from stallscope.parsers import Options as IOptions
     from stallscope.store import Store
 
@@ -305,7 +305,7 @@ def _map_local(fn, items, opts):
 def _instants(replica, opts: RunOptions) -> dict[str, tuple]:
     """{sha256: (first_ns, last_ns, role)} of a replica's files: role is the format of an input, `failed` for a
     file that looks like an input but cannot be loaded, `not_input` for the rest (as a directory ingest says)."""
-    from stallscope.ingest import ingest_paths
+    from stallscope.ingest.orchestrate import ingest_paths
     from stallscope.parsers import Options as IOptions
     from stallscope.store import Store
 

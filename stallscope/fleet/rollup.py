@@ -1,5 +1,5 @@
 """The fleet rollup: open a lake written by `stallscope fleet run` as DuckDB views and run the fleet_*.sql views
-(queries/fleet_*.sql) over it into the `stallscope.fleet/1` object.
+(queries/fleet/*.sql) over it into the `stallscope.fleet/1` object.
 
 The lake comes in as one `lake_<table>` view per lake table holding the rows of the shards whose `_shards` row
 says `done`: on a local disk `lake.scan`'s `read_parquet(..., hive_partitioning = true)` (pool, replica and window

@@ -1,6 +1,6 @@
 """The report's figures: each public function takes a store (and the analysis) and returns a matplotlib Figure.
 
-Every number drawn comes from a SQL view (queries/report_*.sql and the analysis views) or from the analysis /
+Every number drawn comes from a SQL view (queries/report/*.sql and the analysis views) or from the analysis /
 recommendation object; these functions only fetch, thin and draw. Figures are built without pyplot (no global
 state, the Agg canvas), sized to read at 100 % on a laptop screen (1000 px wide), and each says what it could
 not draw instead of drawing nothing.

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .errors import InputError, StallscopeError
+from ..errors import InputError, StallscopeError
 from .memory import arrow_pool, out_of_memory, store_memory
-from .parsers import InputFile, Options, ParseContext, Parser, all_parsers, detect
-from .schema import TABLES
+from ..parsers import InputFile, Options, ParseContext, Parser, all_parsers, detect
+from ..schema import TABLES
 
 
 @dataclass
@@ -145,7 +145,7 @@ def ingest_one(store, inp: InputFile, parser: Parser, fmt: str, options: Options
              inp.path.stat().st_mtime_ns, time.time_ns()])
         ctx = ParseContext(con, source_id, inp, options, progress)
         try:
-            # jemalloc for Arrow while parsing: half the system time of mimalloc (stallscope.memory)
+            # jemalloc for Arrow while parsing: half the system time of mimalloc (stallscope.ingest.memory)
             with arrow_pool(), duckdb_threads(con, parser.duckdb_threads):
                 parser.parse(ctx, fmt)
         except StallscopeError:
@@ -222,7 +222,7 @@ def ingest_paths(store, paths: list[Path], *, options: Options | None = None,
                 results.append(IngestResult(str(f), "skipped", message=f"not an input: {_one_line(e)}"))
     planned.sort(key=lambda x: x[1].order)
     touched: dict[str, Parser] = {}
-    with store_memory(store.con) as mem:  # DuckDB's memory stops growing with the file (stallscope.memory)
+    with store_memory(store.con) as mem:  # DuckDB's memory stops growing with the file (stallscope.ingest.memory)
         _load_all(store, planned, options, on_file, on_result, results, touched, mem)
     notes: list[str] = []
     if touched:
@@ -245,7 +245,7 @@ def ingest_paths(store, paths: list[Path], *, options: Options | None = None,
 def _load_all(store, planned, options, on_file, on_result, results: list[IngestResult],
               touched: dict[str, Parser], mem) -> None:
     """Each planned file in its own transaction; failures become results, never exceptions. A file whose load
-    ran out of DuckDB's ingest memory limit is loaded again without it (`stallscope.memory.StoreMemory`)."""
+    ran out of DuckDB's ingest memory limit is loaded again without it (`stallscope.ingest.memory.StoreMemory`)."""
     for inp, parser, fmt in planned:
         progress = on_file(inp.path, inp.size) if on_file else None
         try:

@@ -152,7 +152,7 @@ class ParseContext:
         self._progress = progress
         self.notes: list[str] = []
         # Where the parser is in the file, in words ("parsing events 0-399999"): an unexpected failure is
-        # reported with it (stallscope.ingest), never with the internal exception's text.
+        # reported with it (stallscope.ingest.orchestrate), never with the internal exception's text.
         self.place = "reading the file"
 
     # -- writing -----------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ Pipeline: the file is mapped (or gunzipped) once; the header is decoded from the
 `traceEvents` array, and the events become an Arrow string-view column over that same buffer
 (`eventtext`: found by layout, else by msgspec decoding). DuckDB parses the events a batch at a time on all
 cores (`json_transform`, only the fields stallscope stores) into narrow per-destination Arrow staging tables.
-CPU-op nesting is numpy sorting (`stallscope.intervals`) on a thread of its own, while the CPU-GPU links,
+CPU-op nesting is numpy sorting (`stallscope.ingest.intervals`) on a thread of its own, while the CPU-GPU links,
 step windows and step composition run as SQL on a cursor of their own over the staged tables; the links that
 need the nesting (time containment) come last. The ingest connection only writes.
 """
@@ -28,8 +28,8 @@ from .eventtext import (_WHITESPACE, MAX_DEPTH, event_text_at, layout_split, rel
                         views)
 from .patterns import Pattern, Sample
 from stallscope.errors import InputError
-from stallscope.intervals import DenseKeys, Nesting
-from stallscope.memory import release_freed
+from stallscope.ingest.intervals import DenseKeys, Nesting
+from stallscope.ingest.memory import release_freed
 
 VERSION = "1.0"
 
@@ -685,7 +685,7 @@ class _Loader:
 
     def _nest_cpu_ops(self) -> dict[str, object]:
         """The computed cpu_ops columns: times, and nesting depth and parent per thread (numpy sort/search, see
-        stallscope.intervals). Runs on a thread of its own.
+        stallscope.ingest.intervals). Runs on a thread of its own.
 
         ATen ops and annotations nest among themselves, python functions among themselves: one nesting over
         (pid, tid, is python) keys does both. The runtime calls' enclosing ranges are looked up here too, so

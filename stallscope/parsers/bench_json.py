@@ -49,7 +49,7 @@ import polars as pl
 
 from .base import ParseContext, Parser
 from .patterns import Pattern, Sample
-from stallscope import align
+from stallscope.ingest import align
 from stallscope.errors import InputError
 
 VERSION = "1.0"
@@ -79,7 +79,7 @@ PATTERNS = [
             Sample("20250414-162342", {"hour": "16", "minute": "23", "second": "42"}, _QINF),
         ),
         doc="vLLM `date`: `datetime.now().strftime('%Y%m%d-%H%M%S')` when the run ended, client local time, "
-            "floored to the second (used by stallscope.align.run_start_anchor_ns).",
+            "floored to the second (used by stallscope.ingest.align.run_start_anchor_ns).",
     ),
 ]
 

@@ -38,7 +38,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import numpy as np
 import polars as pl
 
-from .errors import InputError
+from ..errors import InputError
 
 SECOND = 1_000_000_000
 MAX_DURATION_S = 1e9  # seconds: beyond this a run length does not fit the int64 ns clock with room to spare
