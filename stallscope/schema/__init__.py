@@ -40,10 +40,10 @@ class Table:
 
 
 def _collect() -> dict[str, Table]:
-    from . import analysis, core, serving, trace
+    from . import analysis, core, metrics, serving, trace
 
     out: dict[str, Table] = {}
-    for mod in (core, trace, serving, analysis):
+    for mod in (core, trace, serving, metrics, analysis):
         for t in mod.TABLES:
             if t.name in out:
                 raise ValueError(f"table {t.name} defined twice")
