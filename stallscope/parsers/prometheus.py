@@ -185,7 +185,7 @@ def _ts_ns(e: pl.Expr) -> pl.Expr:
 
 
 def _marker_ns(df: pl.DataFrame, tz: str) -> pl.Series:
-    """Epoch ns of marker lines (NULL on other lines): ISO 8601 with or without a zone, epoch seconds, or `date`'s
+    """Epoch ns of marker lines (only those in `df`): ISO 8601 with or without a zone, epoch seconds, or `date`'s
     default output. A time without a zone, or with a named zone other than UTC/GMT, is in `tz`."""
     g = pl.col("text").str.extract_groups(MARKER.regex)
     iso = g.struct.field("iso").str.replace(",", ".", literal=True).str.replace(" ", "T", literal=True)
@@ -205,7 +205,7 @@ def _marker_ns(df: pl.DataFrame, tz: str) -> pl.Series:
         "%a %b %d %H:%M:%S %Y", time_unit="ns", strict=False)
     date_ns = pl.when(dz.is_in(["UTC", "GMT"])).then(dnaive.dt.epoch("ns")).otherwise(_local_ns(dnaive, tz))
     ns = pl.coalesce(iso_ns, _ts_ns(g.struct.field("epoch")), date_ns)
-    return df.select(pl.when(pl.col("kind") == "marker").then(ns).alias("marker_ns")).to_series()
+    return df.select(ns.alias("marker_ns")).to_series()
 
 
 def _local_ns(naive: pl.Expr, tz: str) -> pl.Expr:
@@ -332,7 +332,8 @@ def parse_text(ctx: ParseContext, fmt: str) -> None:
         df = df.with_columns(pl.when(pl.col("kind") == "type").then(
             pl.when(pl.col("type").is_in(list(TYPES))).then(pl.col("kind")).otherwise(pl.lit("rejected")))
             .otherwise(pl.col("kind")).alias("kind"))
-    markers = df.with_columns(_marker_ns(df, ctx.options.tz)).filter(pl.col("kind") == "marker")
+    markers = df.filter(pl.col("kind") == "marker")
+    markers = markers.with_columns(_marker_ns(markers, ctx.options.tz))
     rej.add(markers.filter(pl.col("marker_ns").is_null()), pl.lit("scrape marker with an impossible time"))
     markers = markers.group_by("seg").agg(pl.col("marker_ns").first())
     fams = _families(df)
