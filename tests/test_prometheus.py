@@ -340,3 +340,29 @@ def test_big_scrape_time_grows_linearly(tmp_path):
         assert one(s, "SELECT count(*) FROM metric_scrapes") == n
         s.close()
     assert times[400] < 4 * times[100] * 1.8 + 1.0, times
+
+
+def test_tgi_names_without_help_blank_lines_between_families(tmp_path):
+    """TGI's exporter (metrics-exporter-prometheus): `# TYPE` without `# HELP`, a blank line after each family, no
+    engine label. Names from TGI's docs/source/reference/metrics.md; built, no real TGI scrape is known."""
+    text = ("# TYPE tgi_request_duration histogram\n"
+            + "".join(f'tgi_request_duration_bucket{{le="{le}"}} {n}\n'
+                      for le, n in (("0.1", 2), ("0.5", 7), ("1", 9), ("+Inf", 10)))
+            + "tgi_request_duration_sum 4.75\ntgi_request_duration_count 10\n\n"
+            "# TYPE tgi_batch_forward_duration histogram\n"
+            'tgi_batch_forward_duration_bucket{method="prefill",le="0.05"} 3\n'
+            'tgi_batch_forward_duration_bucket{method="prefill",le="+Inf"} 4\n'
+            'tgi_batch_forward_duration_bucket{method="decode",le="0.05"} 80\n'
+            'tgi_batch_forward_duration_bucket{method="decode",le="+Inf"} 80\n\n'
+            "# TYPE tgi_queue_size gauge\ntgi_queue_size 3\n\n")
+    p = tmp_path / "tgi.prom"
+    p.write_text(text)
+    s = ingest(p)
+    assert one(s, "SELECT count(*) FROM metric_samples") == 11
+    assert s.sql("SELECT metric, type, help FROM metric_families ORDER BY line_no").rows() == [
+        ("tgi_request_duration", "histogram", None), ("tgi_batch_forward_duration", "histogram", None),
+        ("tgi_queue_size", "gauge", None)]
+    assert s.sql("SELECT labels['method'], max(value) FROM metric_samples WHERE family = 'tgi_batch_forward_duration' "
+                 "GROUP BY 1 ORDER BY 1").rows() == [("decode", 80.0), ("prefill", 4.0)]
+    assert one(s, "SELECT count(*) FROM metric_scrapes") == 1
+    assert accounting(s) == (14, 3, 0)

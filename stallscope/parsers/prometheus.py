@@ -31,7 +31,9 @@ from stallscope.errors import InputError
 
 from .base import InputFile, ParseContext, Parser
 from .lines import frame_lines
-from .prometheus_patterns import EOF, HELP, LABEL_PAIR, MARKER, NAME, SAMPLE, TYPE, TYPES, UNIT
+from .prometheus_patterns import EOF, HELP, LABEL_PAIR, MARKER, NAME, PATTERNS, SAMPLE, TYPE, TYPES, UNIT
+
+__all__ = ["PARSER", "PATTERNS", "label_sets", "sniff_api", "sniff_text"]
 
 # Sample-name suffixes that belong to a declared family, and those whose values are counts or sums (never NaN/Inf).
 FAMILY_SUFFIXES = ("_bucket", "_sum", "_count", "_created", "_total", "_info", "_gcount", "_gsum")
@@ -313,6 +315,8 @@ def _scrape_table(s: pl.DataFrame, markers: pl.DataFrame) -> pl.DataFrame:
 
 def parse_text(ctx: ParseContext, fmt: str) -> None:
     dec = ctx.input.read_all()
+    if dec.error:  # a cut gzip: what came before the cut is read, a partial last line is rejected like any cut line
+        ctx.notes.append(dec.error)
     data = bytes(dec.data)
     if not data.endswith(b"\n"):
         data += b"\n"

@@ -21,16 +21,16 @@ SAMPLE = Pattern(
     "sample",
     r"^(?P<name>" + NAME + r")[ \t]*(?:\{(?P<labels>" + _LABELS + r")\})?[ \t]+(?P<value>[^ \t#]+)"
     r"(?:[ \t]+(?P<ts>[-+]?[0-9][0-9.eE+-]*))?(?:[ \t]+#(?P<exemplar>[ \t].*)?)?[ \t]*$",
-    (Sample('vllm:num_requests_waiting_by_reason{engine="0",model_name="facebook/opt-125m",reason="capacity"} 0.0',
+    (Sample('vllm:num_requests_waiting_by_reason{engine="0",model_name="opt-125m-tp2",reason="capacity"} 0.0',
             {"name": "vllm:num_requests_waiting_by_reason", "value": "0.0", "ts": None,
-             "labels": 'engine="0",model_name="facebook/opt-125m",reason="capacity"'}, _V25),
+             "labels": 'engine="0",model_name="opt-125m-tp2",reason="capacity"'}, _V25),
      Sample('vllm:gpu_prefix_cache_queries_total{engine="1",model_name="/home/jovyan/qwen3-8b"} 26.0',
             {"name": "vllm:gpu_prefix_cache_queries_total", "value": "26.0"}, _V10),
      Sample('sglang:gen_throughput{engine_type="unified",model_name="Qwen-32B",pp_rank="0",tp_rank="0"} '
             '0.8371284457403783', {"name": "sglang:gen_throughput", "value": "0.8371284457403783"}, _SGL),
-     Sample('vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="facebook/opt-125m"} 0.0',
+     Sample('vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="opt-125m-tp2"} 0.0',
             {"name": "vllm:time_to_first_token_seconds_bucket", "value": "0.0"}, _V25),
-     Sample("process_open_fds 54.0", {"name": "process_open_fds", "labels": None, "value": "54.0"}, _V25),
+     Sample("process_open_fds 49.0", {"name": "process_open_fds", "labels": None, "value": "49.0"}, _V25),
      # From the exposition-format specification: a 0.0.4 sample with its own timestamp (ms since the epoch).
      Sample('http_requests_total{method="post",code="200"} 1027 1395066363000',
             {"name": "http_requests_total", "value": "1027", "ts": "1395066363000"}),

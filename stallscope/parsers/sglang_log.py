@@ -43,7 +43,7 @@ import polars as pl
 
 from .base import InputFile, ParseContext, Parser
 from .logtime import check_zone, full_date_ns
-from .prefixes import unwrap_text
+from .prefixes import ANSI_MARK, unwrap_text
 from .patterns import Pattern, Sample
 from .lines import ordered_map
 from .logrecords import (Deferred, ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
@@ -424,7 +424,7 @@ _LEAN_HEAD = (r"^\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-
 # An access line P_ACCESS reads whole, with client, method, path and version free of spaces and quotes (so the
 # line's first `"` opens the request and its second closes it) and ASCII digits in the status.
 _LEAN_ACCESS = r'^\[[^\]]*\] INFO: +[!#-~]+ - "[A-Z]+ [!#-~]+ HTTP/[0-9.]+"(?: [0-9]{3}(?: .*)?)?$'
-_LEAN_ODD = r"\x1b|across cluster\]"
+_LEAN_ODD = ANSI_MARK + r"|across cluster\]"
 # What the generic path keeps of a line (`_prepare`), and what the lean lane does.
 _REST_COLS = ["line_no", "wrap", "t", "dedup", "ts", "ranks", "process", "debris", "msg1", "blank", "cat", "_pl"]
 _LEAN_COLS = ["line_no", "t", "_c", "_lk", "ts_ff", "_ms", "ranks", "tp_rank", "dp_rank", "ep_rank", "pp_rank", "_xr",

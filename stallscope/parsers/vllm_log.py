@@ -997,8 +997,7 @@ def _classify(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     and a carried tail joins the next frame as it is."""
     if frame.height == 0:
         return frame, pl.DataFrame(schema={"line_no": pl.Int64, **_RECV_COLS})
-    df = _patch(frame, frame["text"].str.contains("\x1b", literal=True), "text",
-                c("text").str.replace_all(P.ANSI.regex, ""))
+    df = _patch(frame, frame["text"].str.contains(X.ANSI_MARK), "text", c("text").str.replace_all(X.ANSI_RX, ""))
     return _read_received(_Run._recover_torn(_envelope(df)))
 
 
