@@ -1,5 +1,6 @@
 """Wrapper prefixes (parsers/prefixes.py): the table's samples, and every real log read through Ray, docker compose,
-kubectl, journald, `docker logs --timestamps` and CloudWatch wrappers gives the tables the bare log gives (but for the wrapper's own `process` name), with
+kubectl, journald, `docker logs --timestamps` and CloudWatch wrappers gives the tables the bare log gives (but for
+the wrapper's own `process` name), with
 the counts an independent grep of the wrapped file gives."""
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ WRAPPERS = {
     "kubectl": (lambda i: "[pod/engine-7d9f8b-x2x4q/server] ", "pod/engine-7d9f8b-x2x4q/server"),
     "journald": (_journald, "gpu-node-3 engine[48211]"),
     # `docker logs --timestamps`: RFC 3339 UTC with nanoseconds (docker's fixed 9 digits), one space. No stream name.
-    "docker_ts": (lambda i: f"2026-03-17T15:{38 + i // 60 % 20:02d}:{i % 60:02d}.{(271265228 + 7919 * i) % 10**9:09d}Z ",
-                  None),
+    "docker_ts": (lambda i: f"2026-03-17T15:{38 + i // 60 % 20:02d}:{i % 60:02d}."
+                            f"{(271265228 + 7919 * i) % 10**9:09d}Z ", None),
     # A CloudWatch / syslog export: the collector's local time with its offset, then a tab (behind spaces a line's
     # own indent is lost: test_cloudwatch_tgi_log_with_escapes_and_blank_lines). No stream name.
     "cloudwatch": (lambda i: f"2024-12-10T22:{i // 60 % 60:02d}:{i % 60:02d}.{i % 1000:03d}+01:00\t", None),

@@ -117,7 +117,8 @@ def _bump(text: str, k: int) -> str:
 MARKERS = {
     # Each as a scrape loop writes it; the time 2026-05-12T07:41:29Z (1778571689 s) + 15 s per scrape.
     "iso": lambda i: f"2026-05-12T07:41:{29 + 15 * i:02d}.5+00:00" if i < 2 else "2026-05-12T09:41:59.5+02:00",
-    "date": lambda i: ["Tue May 12 07:41:29 UTC 2026", "Tue May 12 07:41:44 UTC 2026", "Tue May 12 07:41:59 GMT 2026"][i],
+    "date": lambda i: ["Tue May 12 07:41:29 UTC 2026", "Tue May 12 07:41:44 UTC 2026",
+                       "Tue May 12 07:41:59 GMT 2026"][i],
     "comment_epoch": lambda i: f"# scrape_time={1778571689 + 15 * i}.5",
 }
 MARKER_NS = [(1778571689 + 15 * i) * 10**9 for i in range(3)]

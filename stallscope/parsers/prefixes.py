@@ -4,8 +4,8 @@ A server log rarely reaches stallscope as the engine wrote it. Ray prints every 
 `(Name pid=N, ip=A) ` (and vLLM does the same for its own child processes), docker compose behind `service  | `,
 `kubectl logs --prefix` behind `[pod/NAME/CONTAINER] `, `journalctl` behind `Mon DD HH:MM:SS host unit[pid]: `,
 `docker logs --timestamps` behind an RFC 3339 nanosecond stamp, CloudWatch and syslog exports behind the collector's
-ISO time with its offset (and the escape byte printed as `#033`), terminals add ANSI colour, and Ray folds lines repeated on several workers into one with a
-`[repeated Nx across cluster]` marker. This module is the one table of them; every log parser (vLLM, TGI, SGLang)
+ISO time with its offset (and the escape byte printed as `#033`), terminals add ANSI colour, and Ray folds lines
+repeated on several workers into one with a `[repeated Nx across cluster]` marker. This module is the one table of them; every log parser (vLLM, TGI, SGLang)
 applies `WRAPS` at the start of each physical line before its own patterns, so a new wrapper is one entry here.
 
 Each `Wrapper` is a `Pattern` (regex + sample lines with the fields they must give) plus how it is used:

@@ -25,7 +25,6 @@ as printed; the views over windows treat a decrease as a reset.
 from __future__ import annotations
 
 import polars as pl
-import pyarrow as pa
 
 from stallscope.errors import InputError
 
@@ -166,7 +165,8 @@ def _float(e: pl.Expr) -> pl.Expr:
     return (pl.when(low.is_in(["inf", "infinity"])).then(float("inf"))
             .when(low.is_in(["-inf", "-infinity"])).then(float("-inf"))
             .when(low == "nan").then(float("nan"))
-            .when(e.str.contains(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$")).then(e.cast(pl.Float64, strict=False)))
+            .when(e.str.contains(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$"))
+            .then(e.cast(pl.Float64, strict=False)))
 
 
 def _ts_ns(e: pl.Expr) -> pl.Expr:
@@ -255,9 +255,9 @@ class _Rejects:
         return ctx.write_rejects(pl.concat(self.parts).sort("line_no").to_arrow())
 
 
-def _check(s: pl.DataFrame, rej: _Rejects) -> pl.DataFrame:
-    """Samples → the valid ones; every other one goes to `rej` with its reason (one reason per line, the first
-    that applies)."""
+def _check(s: pl.DataFrame, rej: _Rejects) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Samples → (the valid ones, their distinct label sets); every other one goes to `rej` with its reason (one
+    reason per line, the first that applies)."""
     bad = s.filter(pl.col("metric").is_null())
     rej.add(bad, pl.lit("not a sample, declaration, comment or blank line (a cut or malformed line)"))
     s = s.filter(pl.col("metric").is_not_null())
