@@ -24,6 +24,7 @@ as printed; the views over windows treat a decrease as a reset.
 """
 from __future__ import annotations
 
+import duckdb
 import polars as pl
 
 from stallscope.errors import InputError
@@ -412,19 +413,25 @@ def parse_api(ctx: ParseContext, fmt: str) -> None:
     with its index (`rejects.record_index`: the point's 0-based position in the file)."""
     con = ctx.con
     ctx.place = "reading the JSON answer(s)"
-    args = [str(ctx.path), "gzip" if ctx.input.compression == "gzip" else "none",
-            max(16 << 20, min(ctx.input.size * 64, (1 << 31) - 1))]
+    # DuckDB sizes its read buffer by the largest object allowed: the file itself (a compressed one may hold ~20x
+    # its size), never more (a larger bound runs out of the ingest's memory limit on a 26 MB answer).
+    gz = ctx.input.compression == "gzip"
+    args = [str(ctx.path), "gzip" if gz else "none",
+            min(max(1 << 20, ctx.input.size * (20 if gz else 1) + 1024), (1 << 31) - 1)]
     try:
         con.execute(f"""
             CREATE OR REPLACE TEMP TABLE _prom_docs AS
             SELECT row_number() OVER () - 1 AS doc, json AS j
             FROM read_json_objects(?, format = 'auto', compression = ?, maximum_object_size = ?)""", args)
     except Exception as e:  # duckdb raises its own error types for a cut or invalid document
+        if isinstance(e, duckdb.OutOfMemoryException):
+            raise  # the ingest loads the file again without its memory limit
         raise InputError(f"{ctx.path}: not valid JSON ({str(e).splitlines()[0][:200]})") from None
     try:
         _api_tables(ctx)
     finally:
-        for t in ("_prom_docs", "_prom_series", "_prom_points"):
+        con.execute("DROP VIEW IF EXISTS _prom_points")
+        for t in ("_prom_docs", "_prom_series", "_prom_ser"):
             con.execute(f"DROP TABLE IF EXISTS {t}")
     _clock(ctx, fmt, None)
 
@@ -437,36 +444,44 @@ def _api_tables(ctx: ParseContext) -> None:
                    WHERE j->>'$.status' = 'success')
         SELECT doc, generate_subscripts(ss, 1) - 1 AS sid, unnest(ss) AS s
         FROM (SELECT doc, from_json(result, '{_SERIES_SHAPE}') AS ss FROM r WHERE rtype IN ('matrix', 'vector'))""")
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE _prom_points AS
-        WITH p AS (
+    # Per series once: its name, labels (a MAP without `__name__`, keys sorted), `le`, its points, and the index of
+    # its first point in the file (the points' `rejects.record_index` without a sort over all points).
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE _prom_ser AS
+        WITH a AS (
             SELECT doc, sid, s.metric['__name__'] AS metric, s.metric AS m,
-                   unnest(coalesce(s."values", CASE WHEN s."value" IS NOT NULL THEN [s."value"] END)) AS pt,
-                   generate_subscripts(coalesce(s."values", CASE WHEN s."value" IS NOT NULL THEN [s."value"] END), 1)
-                     AS k
+                   coalesce(s."values", CASE WHEN s."value" IS NOT NULL THEN [s."value"] END, []) AS pts
             FROM _prom_series)
-        SELECT row_number() OVER (ORDER BY doc, sid, k) - 1 AS rec, doc, sid, metric, m, pt,
-               TRY_CAST(pt[2] AS DOUBLE) AS value,
-               CAST(TRY_CAST(pt[1] AS DECIMAL(38, 9)) * 1000000000 AS BIGINT) AS ts_ns,
-               CASE WHEN len(pt) <> 2 THEN 'a point is not [time, "value"]'
-                    WHEN TRY_CAST(pt[1] AS DECIMAL(38, 9)) IS NULL THEN 'time is not a number: ' || pt[1]
-                    WHEN TRY_CAST(pt[2] AS DOUBLE) IS NULL THEN 'value is not a number: ' || pt[2]
-                    WHEN ({_COUNT_LIKE}) AND NOT isfinite(TRY_CAST(pt[2] AS DOUBLE))
-                      THEN 'non-finite value ' || pt[2] || ' in a count or sum (' || metric || ')'
-               END AS why
-        FROM p""")
-    n_pts = con.execute("SELECT count(*) FROM _prom_points").fetchall()[0][0]
-    ctx.write_sql("metric_samples", """
-        SELECT doc AS scrape_index, metric,
+        SELECT doc, sid, metric, m, pts,
                map_from_entries(list_sort(list_filter(map_entries(m), lambda e: e.key <> '__name__'))) AS labels,
                CASE WHEN ends_with(coalesce(metric, ''), '_bucket') THEN TRY_CAST(m['le'] AS DOUBLE) END AS le,
-               ts_ns, value
-        FROM _prom_points WHERE why IS NULL ORDER BY rec""")
+               coalesce(sum(len(pts)) OVER (ORDER BY doc, sid ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+                 AS first_rec
+        FROM a""")
+    # A view, not a table: the points stream into metric_samples (DuckDB's ingest memory limit holds), and the
+    # few rejects are read by a second pass.
+    con.execute(f"""
+        CREATE OR REPLACE TEMP VIEW _prom_points AS
+        WITH p AS (
+            SELECT doc, metric, labels, le, first_rec + generate_subscripts(pts, 1) - 1 AS rec, unnest(pts) AS pt
+            FROM _prom_ser),
+        q AS (SELECT *, TRY_CAST(pt[2] AS DOUBLE) AS value, TRY_CAST(pt[1] AS DECIMAL(38, 9)) AS t FROM p)
+        SELECT doc, metric, labels, le, rec, pt, value, CAST(t * 1000000000 AS BIGINT) AS ts_ns,
+               CASE WHEN len(pt) <> 2 THEN 'a point is not [time, "value"]'
+                    WHEN t IS NULL THEN 'time is not a number: ' || pt[1]
+                    WHEN value IS NULL THEN 'value is not a number: ' || pt[2]
+                    WHEN ({_COUNT_LIKE}) AND NOT isfinite(value)
+                      THEN 'non-finite value ' || pt[2] || ' in a count or sum (' || metric || ')'
+               END AS why
+        FROM q""")
+    n_pts = con.execute("SELECT coalesce(sum(len(pts)), 0) FROM _prom_ser").fetchall()[0][0]
+    ctx.write_sql("metric_samples", """
+        SELECT doc AS scrape_index, metric, labels, le, ts_ns, value FROM _prom_points WHERE why IS NULL""")
     rej = con.sql(f"""
         SELECT rec AS record_index, why AS reason,
                coalesce(metric, '') || '{{' || array_to_string(list_transform(
-                 list_filter(map_entries(m), lambda e: e.key <> '__name__'),
-                 lambda e: e.key || '="' || e.value || '"'), ',') || '}} ' || CAST(pt AS VARCHAR) AS raw
+                 map_entries(labels), lambda e: e.key || '="' || e.value || '"'), ',') || '}} '
+                 || CAST(pt AS VARCHAR) AS raw
         FROM _prom_points WHERE why IS NOT NULL
         UNION ALL
         SELECT {n_pts} + row_number() OVER (ORDER BY doc) - 1, CASE
