@@ -367,3 +367,23 @@ def test_tgi_names_without_help_blank_lines_between_families(tmp_path):
                  "GROUP BY 1 ORDER BY 1").rows() == [("decode", 80.0), ("prefill", 4.0)]
     assert one(s, "SELECT count(*) FROM metric_scrapes") == 1
     assert accounting(s) == (14, 3, 0)
+
+
+def test_points_of_one_series_with_their_own_timestamps_are_not_duplicates(tmp_path):
+    """A dump or federation output repeats a series with a timestamp per point: points, not duplicates; the same
+    series at the same time twice is a duplicate; buckets are checked per timestamp."""
+    p = tmp_path / "dump.prom"
+    p.write_text("# TYPE vllm:num_requests_running gauge\n"
+                 + "".join(f'vllm:num_requests_running{{engine="0"}} {k} {1778571689000 + 15000 * k}\n'
+                           for k in range(3))
+                 + 'vllm:num_requests_running{engine="0"} 9 1778571689000\n'
+                 "# TYPE vllm:iteration_tokens_total histogram\n"
+                 'vllm:iteration_tokens_total_bucket{le="1.0"} 4 1778571689000\n'
+                 'vllm:iteration_tokens_total_bucket{le="+Inf"} 5 1778571689000\n'
+                 'vllm:iteration_tokens_total_bucket{le="1.0"} 1 1778571704000\n'
+                 'vllm:iteration_tokens_total_bucket{le="+Inf"} 2 1778571704000\n')
+    s = ingest(p)
+    assert s.sql("SELECT line_no, reason FROM rejects").rows() == [(5, "duplicate series in one scrape (first at line 2)")]
+    assert s.sql("SELECT value, ts_ns FROM metric_samples WHERE metric = 'vllm:num_requests_running' ORDER BY 2"
+                 ).rows() == [(float(k), (1778571689 + 15 * k) * 10**9) for k in range(3)]
+    assert one(s, "SELECT count(*) FROM metric_samples WHERE le IS NOT NULL") == 4
