@@ -383,7 +383,8 @@ def test_points_of_one_series_with_their_own_timestamps_are_not_duplicates(tmp_p
                  'vllm:iteration_tokens_total_bucket{le="1.0"} 1 1778571704000\n'
                  'vllm:iteration_tokens_total_bucket{le="+Inf"} 2 1778571704000\n')
     s = ingest(p)
-    assert s.sql("SELECT line_no, reason FROM rejects").rows() == [(5, "duplicate series in one scrape (first at line 2)")]
+    assert s.sql("SELECT line_no, reason FROM rejects").rows() == [
+        (5, "duplicate series in one scrape (first at line 2)")]
     assert s.sql("SELECT value, ts_ns FROM metric_samples WHERE metric = 'vllm:num_requests_running' ORDER BY 2"
                  ).rows() == [(float(k), (1778571689 + 15 * k) * 10**9) for k in range(3)]
     assert one(s, "SELECT count(*) FROM metric_samples WHERE le IS NOT NULL") == 4
