@@ -388,3 +388,10 @@ def test_points_of_one_series_with_their_own_timestamps_are_not_duplicates(tmp_p
     assert s.sql("SELECT value, ts_ns FROM metric_samples WHERE metric = 'vllm:num_requests_running' ORDER BY 2"
                  ).rows() == [(float(k), (1778571689 + 15 * k) * 10**9) for k in range(3)]
     assert one(s, "SELECT count(*) FROM metric_samples WHERE le IS NOT NULL") == 4
+
+
+def test_marker_without_zone_is_in_the_ingest_zone(tmp_path):
+    p = tmp_path / "local.prom"
+    p.write_text("".join(f"{t}\n{_v25()}" for t in ("2026-05-12 09:41:29", "Tue May 12 09:41:44 CEST 2026")))
+    s = ingest(p, options=stallscope.parsers.Options(tz="Europe/Berlin"))
+    assert s.sql("SELECT ts_ns FROM metric_scrapes ORDER BY 1").to_series().to_list() == MARKER_NS[:2]
