@@ -395,3 +395,18 @@ def test_marker_without_zone_is_in_the_ingest_zone(tmp_path):
     p.write_text("".join(f"{t}\n{_v25()}" for t in ("2026-05-12 09:41:29", "Tue May 12 09:41:44 CEST 2026")))
     s = ingest(p, options=stallscope.parsers.Options(tz="Europe/Berlin"))
     assert s.sql("SELECT ts_ns FROM metric_scrapes ORDER BY 1").to_series().to_list() == MARKER_NS[:2]
+
+
+def test_grepped_paste_without_declarations_is_a_scrape_and_a_text_summary_is_not(tmp_path):
+    p = tmp_path / "grep.txt"
+    p.write_text('vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+                 'vllm:num_requests_waiting{engine="0",model_name="m"} 0.0\n')
+    assert detect(InputFile(p))[0].name == "prometheus"
+    assert one(ingest(p), "SELECT sum(value) FROM metric_samples") == 3.0
+    # Lines of a benchmark's text summary fit the sample shape (`Successful requests:` as name and value) but
+    # their values are no numbers.
+    q = tmp_path / "summary.txt"
+    q.write_text("Successful requests:                     10        \nFailed requests:                         0\n"
+                 "Maximum concurrency:                     4\n")
+    got = detect(InputFile(q))
+    assert got is None or got[0].name != "prometheus"

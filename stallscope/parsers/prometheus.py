@@ -28,6 +28,8 @@ as printed; the views over windows treat a decrease as a reset.
 """
 from __future__ import annotations
 
+import re
+
 import duckdb
 import polars as pl
 
@@ -64,7 +66,7 @@ def sniff_text(head: bytes) -> tuple[str, float] | None:
     if not lines:
         return None
     decl = sum(1 for x in lines if HELP.compiled.search(x) or TYPE.compiled.search(x) or UNIT.compiled.search(x))
-    samples = sum(1 for x in lines if SAMPLE.compiled.search(x))
+    samples = sum(1 for x in lines if _numeric_sample(x))
     other = sum(1 for x in lines if EOF.compiled.search(x) or MARKER.compiled.search(x))
     share = (decl + samples + other) / len(lines)
     fmt = "openmetrics_text" if any(EOF.compiled.search(x) or UNIT.compiled.search(x) for x in lines) \
@@ -73,9 +75,20 @@ def sniff_text(head: bytes) -> tuple[str, float] | None:
     # scrape, read with its bad lines rejected); without declarations nearly all lines must be samples.
     if decl and samples and share >= 0.5:
         return fmt, 0.95
-    if samples >= 3 and share >= 0.98:
+    # Without declarations (`curl …/metrics | grep vllm:` pasted), nearly every line must be a sample.
+    if samples >= 2 and share >= 0.98:
         return fmt, 0.7
     return None
+
+
+_NUMBER = re.compile(r"^(?:[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?[Ii]nf|NaN)$")
+
+
+def _numeric_sample(line: str) -> bool:
+    """A sample line whose value is a number (a text line such as `Successful requests: 10` fits the sample
+    shape with `requests:` as its value)."""
+    m = SAMPLE.compiled.search(line)
+    return m is not None and _NUMBER.match(m.group("value")) is not None
 
 
 def sniff_api(head: bytes) -> tuple[str, float] | None:
