@@ -388,3 +388,20 @@ def test_cloudwatch_tgi_log_with_escapes_and_blank_lines(path, tmp_path):
     assert (b.parsed, b.rejected) == (a.parsed, a.rejected)
     assert b.parsed + b.skipped + b.rejected == physical_lines(wrapped)
     assert _tables_renumbered(s1, b.source_id, None) == _tables_renumbered(s0, a.source_id, where)
+
+
+def test_escapes_printed_as_text_read_like_ansi_codes(tmp_path):
+    """rsyslog writes the escape byte as the text `#033`: the real coloured vLLM log so escaped gives the tables
+    the log with its real escape bytes gives."""
+    src = real("vllm/v1_0.10.1.1_ray_tp4_gptoss120b_startup_ansi_dennislee22.log")
+    data = src.read_bytes()
+    assert data.count(b"\x1b[") > 100
+    p = tmp_path / src.name
+    p.write_bytes(data.replace(b"\x1b", b"#033"))
+    os.utime(p, ns=(src.stat().st_atime_ns, src.stat().st_mtime_ns))
+    s0, s1 = stallscope.open(":memory:"), stallscope.open(":memory:")
+    a, b = s0.ingest([src])[0], s1.ingest([p])[0]
+    assert b.status == "ingested" and b.format == a.format == "vllm_log", b.message
+    assert (b.parsed, b.skipped, b.rejected) == (a.parsed, a.skipped, a.rejected)
+    assert _tables_renumbered(s1, b.source_id, None) == _tables_renumbered(s0, a.source_id, None)
+    assert s1.sql("SELECT count(*) FROM log_events WHERE message LIKE '%#033%'").item() == 0
