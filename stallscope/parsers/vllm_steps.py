@@ -83,10 +83,9 @@ def build(raw: pl.DataFrame) -> pa.Table:
     end = lo + (hi - lo) // 2
     out = df.with_columns(pl.Series("stamp_ns", stamp), pl.Series("end_ns", end), pl.Series("start_ns", end - e),
                           pl.Series("end_lo_ns", lo), pl.Series("end_hi_ns", hi),
-                          pl.lit(0, pl.Int64).alias("align_shift_ns"),
                           pl.Series("host_gap_ms", gap[seq] / 1e6))
     return out.select("line_no", "process", "engine_core", "dp_rank", "pid", "sequence", "iteration", "stamp_ns",
-                      "start_ns", "end_ns", "end_lo_ns", "end_hi_ns", "align_shift_ns", "elapsed_ms", "host_gap_ms",
+                      "start_ns", "end_ns", "end_lo_ns", "end_hi_ns", "elapsed_ms", "host_gap_ms",
                       "ctx_reqs", "ctx_tokens", "gen_reqs", "gen_tokens", "dummy").sort("line_no").to_arrow()
 
 

@@ -32,12 +32,19 @@ def step_observations(con) -> tuple[Observations, dict]:
                     f"the trace carries no per-step KV read and the client token stream does not line up with its "
                     f"decode counts ({agree:.0%} of steps agree): align a benchmark file to the trace, or profile "
                     f"with detailed step annotations")
+        logged = (np.asarray(cols["evidence"]).astype(str) == "iteration_log").all()
         if not np.isfinite(kv[dec > 0]).any() and "per_kv_token_ms" not in notes:
-            notes["per_kv_token_ms"] = ("no KV-read evidence: the trace annotations carry no per-step Σkv and no "
-                                        "benchmark file with token timings is aligned to the trace")
+            notes["per_kv_token_ms"] = (
+                "no KV-read evidence: vLLM's iteration lines give no per-step KV length and no benchmark file with "
+                "token timings is aligned to the log" if logged else
+                "no KV-read evidence: the trace annotations carry no per-step Σkv and no benchmark file with token "
+                "timings is aligned to the trace")
         if not np.isfinite(att).any():
-            notes["per_attention_unit_ms"] = ("no prefill chunk contexts: the annotations carry no Σq·kv and no "
-                                             "benchmark requests could be matched to the prefill steps")
+            notes["per_attention_unit_ms"] = (
+                "no prefill chunk contexts: vLLM's iteration lines give each step's context tokens, not the context "
+                "each chunk attends to" if logged else
+                "no prefill chunk contexts: the annotations carry no Σq·kv and no benchmark requests could be "
+                "matched to the prefill steps")
         gaps = f("host_gap_ms")
         gaps = gaps[np.isfinite(gaps) & (gaps >= 0)]
         if len(gaps):
@@ -46,6 +53,7 @@ def step_observations(con) -> tuple[Observations, dict]:
         info["kv_basis"] = {str(k): int(v) for k, v in zip(*np.unique(kv_basis.astype(str), return_counts=True))}
         comp = np.asarray(cols["composition_basis"]).astype(str)
         info["composition_basis"] = {str(k): int(v) for k, v in zip(*np.unique(comp, return_counts=True))}
+        info["evidence"] = str(cols["evidence"][0])
     obs = Observations(step_ms=f("step_ms"), decode_seqs=dec, tokens=f("tokens"), kv_read=kv, attn_units=att,
                        has_prefill=f("prefill_tokens") > 0 if n else np.zeros(0, bool), notes=notes)
     return obs, info

@@ -154,8 +154,8 @@ TABLES = [
         "gap (`host_gap_ms`) and inside its stamped second; the earliest such chain (forward pass) and the latest "
         "(backward pass) bound every end (`end_lo_ns`, `end_hi_ns`), and the end is placed at their midpoint. Where "
         "steps run back to back the seconds' edges pin the chain and the bounds are tight; after an idle stretch only "
-        "the stamp's second bounds it. With a benchmark file aligned to the log, `align_shift_ns` moves the chain "
-        "onto the client's token arrivals.",
+        "the stamp's second bounds it. A benchmark file in the same store is aligned onto these ends (clock method "
+        "`matched_iteration_steps`, stallscope/ingest/align.py).",
         (
             SRC, LINE,
             Col("process", "VARCHAR", "", "Process prefix as named by the parser (`EngineCore_DP0 pid=2415`); NULL for lines without one."),
@@ -166,10 +166,9 @@ TABLES = [
             Col("iteration", "BIGINT", "", "The printed counter `i` (per EngineCore process, from 0)."),
             Col("stamp_ns", "BIGINT", NS, "The line's own timestamp (1 s resolution): the step ended within [stamp_ns, stamp_ns + 1 s)."),
             Col("start_ns", "BIGINT", NS, "Placed start: end_ns - elapsed_ms."),
-            Col("end_ns", "BIGINT", NS, "Placed end: the midpoint of [end_lo_ns, end_hi_ns], plus align_shift_ns."),
-            Col("end_lo_ns", "BIGINT", NS, "Earliest end consistent with the stamps, the order and the elapsed times (before align_shift_ns)."),
-            Col("end_hi_ns", "BIGINT", NS, "Latest such end (before align_shift_ns); (end_hi_ns - end_lo_ns) / 2 is the placement's uncertainty."),
-            Col("align_shift_ns", "BIGINT", "ns", "Shift applied to the placed ends by alignment with a benchmark file's token arrivals (0 when none)."),
+            Col("end_ns", "BIGINT", NS, "Placed end: the midpoint of [end_lo_ns, end_hi_ns]."),
+            Col("end_lo_ns", "BIGINT", NS, "Earliest end consistent with the stamps, the order and the elapsed times."),
+            Col("end_hi_ns", "BIGINT", NS, "Latest such end; (end_hi_ns - end_lo_ns) / 2 is the placement's uncertainty."),
             Col("elapsed_ms", "DOUBLE", "ms", "`iteration elapsed time`: the engine's wait for the step's model output (time.monotonic, printed with 2 decimals)."),
             Col("host_gap_ms", "DOUBLE", "ms", "Host time assumed between two steps of the sequence for the placement: the 25th percentile, over seconds in which steps ran back to back, of (1 s - their elapsed times) / steps; 0 when no such second exists."),
             Col("ctx_reqs", "INTEGER", "requests", "Context requests (prefill or prefill-chunk) in the step."),
