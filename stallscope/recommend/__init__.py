@@ -95,8 +95,7 @@ def recommend(con, opts: Options) -> dict:
             missing.append(f"enough composed steps: {e}")
     wl_obs = observe.workload(con)
     if wl_obs is None:
-        missing.append("the workload: no requests with arrival times and prompt lengths (a benchmark file from vllm "
-                       "bench serve --save-result --save-detailed, or a server log with request lines)")
+        missing.append(_missing_workload(con))
     elif wl_obs.missing_output:
         missing.append(f"output lengths of {wl_obs.missing_output} of {len(wl_obs.arrival_ns)} requests (the server "
                        "log does not print them): add the benchmark file of the same run")
@@ -232,6 +231,19 @@ def recommend(con, opts: Options) -> dict:
                      + (f"; {choose._name(C)} reaches it at {load_for_target:.2f} req/s" if load_for_target else "")
                      + "; see placement")
     return _clean(out)
+
+
+def _missing_workload(con) -> str:
+    """Why the store gives no workload to replay, in the words of what it does hold."""
+    n_blind = con.execute("""SELECT count(*) FROM requests WHERE kind = 'server' AND arrival_ns IS NOT NULL
+                             AND prompt_tokens IS NULL""").fetchall()[0][0]
+    if n_blind:
+        return (f"the workload's prompt lengths: the server log's {n_blind} request lines carry no prompt (vLLM >= "
+                "0.10 prints it only at DEBUG) and the store has no benchmark file; vLLM's iteration lines give each "
+                "step's context tokens but not how they split over requests, so the prompts are not rebuilt from "
+                "them here: add the benchmark file of the same run (vllm bench serve --save-result --save-detailed)")
+    return ("the workload: no requests with arrival times and prompt lengths (a benchmark file from vllm bench serve "
+            "--save-result --save-detailed, or a server log with request lines)")
 
 
 def _band(point: float, lo: float, hi: float, widen: float) -> list[float]:
