@@ -96,3 +96,17 @@ def test_evidence_is_in_the_cli_json(incident, tmp_path):
     rec = json.loads(out.read_text())
     assert rec["evidence"] == "iteration_log" and rec["evidence_steps"] > 1000
     assert rec["chunk_tokens"] is not None
+
+
+def test_the_report_says_which_step_evidence_was_used():
+    from stallscope.report.build import _recommendation
+    from stallscope.report.page import Para, to_markdown
+
+    img = {"step_time": Para(["(figure)"]), "chunk_goodput": Para(["(figure)"])}
+    for evidence, words in (("iteration_log", "vLLM's per-step Iteration log lines"), ("trace", "profiler trace")):
+        blocks: list = []
+        _recommendation({"recommendation": {"setting": "--max-num-batched-tokens 512", "engine": "vllm",
+                                            "chunk_tokens": 512, "evidence": evidence, "evidence_steps": 1735}},
+                        blocks, img)
+        md = to_markdown(blocks)
+        assert "Step evidence: " in md and words in md and "1,735 steps fitted" in md, md
