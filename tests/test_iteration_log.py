@@ -130,3 +130,16 @@ def test_simulated_iteration_log_places_steps_near_the_truth(tmp_path, seed):
     assert ((truth >= got["end_lo_ns"]) & (truth <= got["end_hi_ns"])).all()
     err = np.abs(got["end_ns"] - truth)
     assert np.quantile(err, 0.5) < 10e6 and np.quantile(err, 0.9) < 25e6
+
+
+def test_simulated_iteration_log_is_deterministic_and_off_by_default(tmp_path):
+    from stallscope.simulate import emit_logs
+    from stallscope.simulate.runner import RunSpec, execute
+
+    spec = dict(duration_s=5, rate=2, seed=4)
+    a = emit_logs.vllm_v1(execute(RunSpec(**spec, iteration_log=True)))
+    assert a == emit_logs.vllm_v1(execute(RunSpec(**spec, iteration_log=True)))
+    plain = emit_logs.vllm_v1(execute(RunSpec(**spec)))
+    assert b"Iteration(" not in plain and b"prompt_token_ids" in plain and b"EngineCore_0 pid=" in plain
+    assert a.count(b"] Iteration(") == len(execute(RunSpec(**spec)).sim.end_ns)
+    assert "iteration_log" not in RunSpec(**spec).to_dict()  # runs without it keep their truth.json bytes

@@ -367,7 +367,7 @@ class _Run:
                .when(starts("Prefix cache hit rate: GPU: ")).then(pl.lit("pch"))
                .when(starts("Received request ")).then(pl.lit("recv"))
                .when(starts("Added request ") | starts("Finished request ") | starts("Aborted request ")).then(pl.lit("life"))
-               .when(c("msg").str.contains(P.ITERATION_HEAD.regex)).then(pl.lit("iter"))
+               .when(starts("Iteration(")).then(pl.lit("iter"))  # P.ITERATION_HEAD
                .otherwise(pl.lit("msg")))
         df = df.with_columns(tag.alias("tag"))
 
