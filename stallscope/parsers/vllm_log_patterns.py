@@ -542,23 +542,28 @@ ITERATION = Pattern(
         "generation tokens, iteration elapsed time: t ms[ (dummy)]`, logger vllm.v1.engine.core, INFO, written when "
         "the wait for the step's output ends). `elapsed` is taken as any token and checked as a number by the parser "
         "(negative, NaN or infinite elapsed times are rejected). Samples built from the source format (no public log "
-        "has these lines): vllm/v1/engine/core.py and vllm/v1/utils.py, see production-evidence.md §1.")
+        "has these lines): https://github.com/vllm-project/vllm/blob/main/vllm/v1/engine/core.py "
+        "(`log_iteration_details`) and vllm/v1/utils.py (`compute_iteration_details`), see production-evidence.md §1.")
 
 ITERATION_HEAD = Pattern(
     "iteration_head", r"^Iteration\(",
     (Sample(_ITER, {}), Sample("Iteration(3): 2 context requests, iteration elapsed time: 5.00 ms", {})),
     doc="msg: any message that starts like an iteration line; those `iteration` does not read (missing or malformed "
-        "fields) become rejects with their line number. Samples built from the source format (see `iteration`).")
+        "fields) become rejects with their line number. Samples built from the source format: "
+        "https://github.com/vllm-project/vllm/blob/main/vllm/v1/engine/core.py (see `iteration`).")
 
 ENGINE_CORE = Pattern(
     "engine_core_process",
     r"(?:^|/ )(?P<name>EngineCore(?:_DP(?P<dp>\d+)|_(?P<idx>\d+))?) pid=(?P<pid>\d+)",
-    (Sample("EngineCore_DP0 pid=33630", {"name": "EngineCore_DP0", "dp": "0", "pid": "33630"}, ),
-     Sample("EngineCore pid=395145", {"name": "EngineCore", "dp": None, "idx": None, "pid": "395145"}),
+    (Sample("EngineCore_DP0 pid=33630", {"name": "EngineCore_DP0", "dp": "0", "pid": "33630"}, X28910),
+     Sample("EngineCore pid=395145", {"name": "EngineCore", "dp": None, "idx": None, "pid": "395145"}, X44411),
      Sample("EngineCore_0 pid=1159 / RayWorkerWrapper pid=1273", {"name": "EngineCore_0", "idx": "0", "pid": "1159"})),
     doc="process (the parser's ` / `-joined prefix names): the EngineCore that wrote an iteration line, its data-"
         "parallel rank (`_DP<k>`, 0.10.1's `_<k>`; NULL for `(EngineCore pid=N)` and for lines without a prefix) and "
-        "pid. Each EngineCore process keeps its own iteration counter.")
+        "pid. Each EngineCore process keeps its own iteration counter. The first two samples are the prefixes of real "
+        "lines; the nested one is the parser's name for the nested prefix `(EngineCore_0 pid=1159) (RayWorkerWrapper "
+        "pid=1273)` of the 0.10.1.1 Ray fixture (vLLM's `_add_prefix`, https://github.com/vllm-project/vllm; "
+        "vllm-formats.md §1.2).")
 
 STATS_FRAGMENT = Pattern(
     "stats_fragment", r"(?:Running: \d+ reqs|KV cache usage: " + NUM + r"%)",
