@@ -32,12 +32,19 @@ def step_observations(con) -> tuple[Observations, dict]:
                     f"the trace carries no per-step KV read and the client token stream does not line up with its "
                     f"decode counts ({agree:.0%} of steps agree): align a benchmark file to the trace, or profile "
                     f"with detailed step annotations")
+        logged = (np.asarray(cols["evidence"]).astype(str) == "iteration_log").all()
         if not np.isfinite(kv[dec > 0]).any() and "per_kv_token_ms" not in notes:
-            notes["per_kv_token_ms"] = ("no KV-read evidence: the trace annotations carry no per-step Σkv and no "
-                                        "benchmark file with token timings is aligned to the trace")
+            notes["per_kv_token_ms"] = (
+                "no KV-read evidence: vLLM's iteration lines give no per-step KV length and no benchmark file with "
+                "token timings is aligned to the log" if logged else
+                "no KV-read evidence: the trace annotations carry no per-step Σkv and no benchmark file with token "
+                "timings is aligned to the trace")
         if not np.isfinite(att).any():
-            notes["per_attention_unit_ms"] = ("no prefill chunk contexts: the annotations carry no Σq·kv and no "
-                                             "benchmark requests could be matched to the prefill steps")
+            notes["per_attention_unit_ms"] = (
+                "no prefill chunk contexts: vLLM's iteration lines give each step's context tokens, not the context "
+                "each chunk attends to" if logged else
+                "no prefill chunk contexts: the annotations carry no Σq·kv and no benchmark requests could be "
+                "matched to the prefill steps")
         gaps = f("host_gap_ms")
         gaps = gaps[np.isfinite(gaps) & (gaps >= 0)]
         if len(gaps):
@@ -46,6 +53,7 @@ def step_observations(con) -> tuple[Observations, dict]:
         info["kv_basis"] = {str(k): int(v) for k, v in zip(*np.unique(kv_basis.astype(str), return_counts=True))}
         comp = np.asarray(cols["composition_basis"]).astype(str)
         info["composition_basis"] = {str(k): int(v) for k, v in zip(*np.unique(comp, return_counts=True))}
+        info["evidence"] = str(cols["evidence"][0])
     obs = Observations(step_ms=f("step_ms"), decode_seqs=dec, tokens=f("tokens"), kv_read=kv, attn_units=att,
                        has_prefill=f("prefill_tokens") > 0 if n else np.zeros(0, bool), notes=notes)
     return obs, info
@@ -98,26 +106,23 @@ class EngineObs:
 
 
 def engine(con) -> EngineObs:
+    """The engine the evidence comes from, its policy and its settings. The engine is read from the evidence first
+    (trace step markers, SGLang batch lines, then the server logs present: a store may hold a vLLM log and a TGI
+    router's log of the same requests), and only that engine's logs give the settings."""
+    markers = dict(con.execute("SELECT marker, count(*) FROM steps GROUP BY marker").fetchall())
+    name, skip = _engine_name(con, markers)
     cfg = {k: (v, num) for k, v, num in con.execute(
-        "SELECT key, any_value(value), max(value_num) FROM engine_config GROUP BY key").fetchall()}
+        "SELECT key, any_value(value), max(value_num) FROM engine_config WHERE NOT list_contains(?, source_id) "
+        "GROUP BY key", [skip]).fetchall()}
     num = lambda k: cfg[k][1] if k in cfg and cfg[k][1] is not None else None  # noqa: E731
     txt = lambda k: cfg[k][0] if k in cfg else None  # noqa: E731
     basis = []
-    name = (txt("engine") or "").lower()
     version = txt("vllm_version") or txt("engine_version")
-    markers = dict(con.execute("SELECT marker, count(*) FROM steps GROUP BY marker").fetchall())
-    phases = dict(con.execute("SELECT phase, count(*) FROM steps GROUP BY phase").fetchall())
-    if not name:
-        if any(k.startswith("sglang") for k in markers) or con.execute(
-                "SELECT count(*) FROM engine_batches").fetchall()[0][0]:
-            name = "sglang"
-        elif markers or version or con.execute("SELECT count(*) FROM engine_stats").fetchall()[0][0]:
-            name = "vllm"
-        elif con.execute("SELECT count(*) FROM requests WHERE engine = 'tgi'").fetchall()[0][0]:
-            name = "tgi"
-        else:
-            name = "unknown"
+    if name == "unknown" and (version or con.execute("SELECT count(*) FROM engine_stats").fetchall()[0][0]):
+        name = "vllm"
+    phases = _step_phases(con)
     mixed = bool(phases.get("mixed"))
+    prefill_first = bool(phases.get("prefill_between_decodes"))
     if name == "sglang":
         policy, budget = "sglang", num("chunked_prefill_size")
         mixed_chunk = bool(num("enable_mixed_chunk") or 0)
@@ -126,10 +131,16 @@ def engine(con) -> EngineObs:
     else:
         chunked = num("enable_chunked_prefill")
         v1 = bool(version) and _ver(version) >= (0, 10)
-        if chunked == 1 or mixed or v1:
+        if mixed:
             policy = "chunked"
-            basis.append("mixed prefill+decode steps in the trace" if mixed else
-                         "chunked prefill enabled in the server log" if chunked == 1 else f"vLLM {version} (V1)")
+            basis.append(f"{phases['mixed']} mixed prefill+decode steps in the trace")
+        elif prefill_first:
+            policy = "v0"
+            basis.append(f"{phases['prefill_between_decodes']} prefill-only steps between decode steps in the "
+                         "trace: decodes waited while a prompt was prefilled (prefill-first)")
+        elif chunked == 1 or v1:
+            policy = "chunked"
+            basis.append("chunked prefill enabled in the server log" if chunked == 1 else f"vLLM {version} (V1)")
         else:
             policy = "v0"
             basis.append("vLLM V0 without chunked prefill" + (f" ({version})" if version else ""))
@@ -148,6 +159,46 @@ def engine(con) -> EngineObs:
     return EngineObs(engine=name, version=version, policy=policy, budget=int(budget) if budget else None,
                      max_num_seqs=int(seqs) if seqs else 256, kv_cache_tokens=int(num("kv_cache_tokens"))
                      if num("kv_cache_tokens") else None, model=model, gpus=gpus, mixed_chunk=mixed_chunk, basis=basis)
+
+
+def _engine_name(con, markers: dict) -> tuple[str, list[int]]:
+    """(engine, the sources whose logs belong to another engine). Step markers and SGLang batch lines name the
+    engine that ran the steps; else a vLLM or SGLang server log outranks a TGI router log (it has the step-level
+    evidence); else the one engine the logs name."""
+    logged = {int(s): str(v).lower() for s, v in con.execute(
+        "SELECT source_id, any_value(value) FROM engine_config WHERE key = 'engine' GROUP BY source_id").fetchall()}
+    names = set(logged.values())
+    if any(k.startswith("sglang") for k in markers) or con.execute(
+            "SELECT count(*) FROM engine_batches").fetchall()[0][0]:
+        name = "sglang"
+    elif any(k.startswith("vllm") for k in markers) or "vllm" in names:
+        name = "vllm"
+    elif "sglang" in names:
+        name = "sglang"
+    elif "tgi" in names or con.execute("SELECT count(*) FROM requests WHERE engine = 'tgi'").fetchall()[0][0]:
+        name = "tgi"
+    elif len(names) == 1:
+        name = names.pop()
+    else:
+        name = "unknown"
+    return name, sorted(s for s, v in logged.items() if v != name)
+
+
+def _step_phases(con) -> dict:
+    """Counts of the traced steps by phase (`step_phase`: from the annotations, else the kernels), and of the
+    prefill-only steps that ran between two decode steps of the same trace: decodes were running and waited, which
+    only a prefill-first scheduler does."""
+    if not con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'step_phase'").fetchall()[0][0]:
+        return dict(con.execute("SELECT phase, count(*) FROM steps GROUP BY phase").fetchall())
+    rows = con.execute("""
+        WITH w AS (SELECT source_id, step_index, phase FROM step_phase WHERE phase IN ('prefill', 'decode', 'mixed')),
+        n AS (SELECT phase, lag(phase) OVER s AS prev, lead(phase) OVER s AS nxt FROM w
+              WINDOW s AS (PARTITION BY source_id ORDER BY step_index))
+        SELECT phase, count(*) FROM n GROUP BY phase
+        UNION ALL
+        SELECT 'prefill_between_decodes', count(*) FROM n WHERE phase = 'prefill' AND prev = 'decode' AND nxt = 'decode'
+        """).fetchall()
+    return {k: int(v) for k, v in rows if v}
 
 
 def _ver(text: str) -> tuple[int, int]:

@@ -23,6 +23,7 @@ from .runner import Run
 from .text import BOS, text_of, token_ids
 
 V1_VERSION = "0.10.1.1"
+V1_ITERATION_VERSION = "0.12.0"  # --iteration-log: a late-2025 server (EngineCore_DP0 prefix, prompt-less Received)
 V0_VERSION = "0.8.3"
 
 SAMPLING = ("SamplingParams(n=1, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, "
@@ -142,8 +143,12 @@ def _hit_rates(run: Run, times_rel: np.ndarray, window: int | None) -> np.ndarra
 
 def vllm_v1(run: Run) -> bytes:
     spec, pre = run.spec, run.preset
+    it = spec.iteration_log
     pa, pe, pw = run.pids["api"], run.pids["engine"], run.pids["worker"]
     A, E, W = f"(APIServer pid={pa}) ", f"(EngineCore_0 pid={pe}) ", f"(VllmWorker TP0 pid={pw}) "
+    version = V1_VERSION
+    if it:
+        E, W, version = f"(EngineCore_DP0 pid={pe}) ", f"(Worker_TP0 pid={pw}) ", V1_ITERATION_VERSION
     L = _Lines()
     t0 = run.epoch_start_ns - 150_000_000_000
     model = pre.model
@@ -153,6 +158,8 @@ def vllm_v1(run: Run) -> bytes:
     nd = {"model_tag": model, "model": model, "max_model_len": pre.max_model_len,
           "tensor_parallel_size": pre.tp, "max_num_batched_tokens": budget, "max_num_seqs": spec.max_num_seqs,
           "enable_log_requests": True}
+    if it:
+        nd["enable_logging_iteration_details"] = True
     apc = run.sim.config.prefix_caching or spec.shared_prefix is None  # V1 default: on
     if not apc:
         nd["enable_prefix_caching"] = False
@@ -165,7 +172,7 @@ def vllm_v1(run: Run) -> bytes:
             '288,280,272,264,256,248,240,232,224,216,208,200,192,184,176,168,160,152,144,136,128,120,112,104,96,88,80,'
             '72,64,56,48,40,32,24,16,8,4,2,1],"cudagraph_copy_inputs":false,"full_cuda_graph":false,"pass_config":{},'
             '"max_capture_size":512,"local_cache_dir":null}')
-    init = (f"Initializing a V1 LLM engine (v{V1_VERSION}) with config: model='{model}', speculative_config=None, "
+    init = (f"Initializing a V1 LLM engine (v{version}) with config: model='{model}', speculative_config=None, "
             f"tokenizer='{model}', skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, "
             f"override_neuron_config={{}}, tokenizer_revision=None, trust_remote_code=False, dtype=torch.bfloat16, "
             f"max_seq_len={pre.max_model_len}, download_dir=None, load_format=auto, tensor_parallel_size={pre.tp}, "
@@ -173,13 +180,14 @@ def vllm_v1(run: Run) -> bytes:
             f"kv_cache_dtype=auto, device_config=cuda, decoding_config=DecodingConfig(backend='auto', "
             f"disable_fallback=False, disable_any_whitespace=False, disable_additional_properties=False, "
             f"reasoning_backend=''), observability_config=ObservabilityConfig(show_hidden_metrics_for_version=None, "
-            f"otlp_traces_endpoint=None, collect_detailed_traces=None), seed=0, served_model_name={model}, "
+            f"otlp_traces_endpoint=None, collect_detailed_traces=None"
+            f"{', enable_logging_iteration_details=True' if it else ''}), seed=0, served_model_name={model}, "
             f"enable_prefix_caching={apc}, chunked_prefill_enabled=True, use_async_output_proc=True, "
             f"pooler_config=None, compilation_config={comp}")
     kv_gib = cap * pre.kv_bytes_per_token() / pre.tp / 2 ** 30
     startup = [
         (0.0, "", "INFO", "__init__.py:241", "Automatically detected platform cuda."),
-        (6.1, A, "INFO", "api_server.py:1805", f"vLLM API server version {V1_VERSION}"),
+        (6.1, A, "INFO", "api_server.py:1805", f"vLLM API server version {version}"),
         (6.1, A, "INFO", "utils.py:326", f"non-default args: {nd_txt}"),
         (14.2, A, "INFO", "__init__.py:711", f"Resolved architecture: {pre.architecture}"),
         (14.2, A, "INFO", "__init__.py:1750", f"Using max model len {pre.max_model_len}"),
@@ -219,6 +227,8 @@ def vllm_v1(run: Run) -> bytes:
           f'{A}INFO:     127.0.0.1:{ports[-2]} - "POST /start_profile HTTP/1.1" 200 OK')
     _requests_v1(run, L, A, ports)
     _stats_v1(run, L, A)
+    if it:
+        _iterations_v1(run, L, E)
     L.add(run.epoch_start_ns + run.bench_end_ns + 1_500_000_000,
           f'{A}INFO:     127.0.0.1:{ports[-1]} - "POST /stop_profile HTTP/1.1" 200 OK')
     return L.text()
@@ -226,12 +236,15 @@ def vllm_v1(run: Run) -> bytes:
 
 def _requests_v1(run: Run, L: _Lines, A: str, ports) -> None:
     rf = _request_frame(run).with_columns(port=pl.Series(ports[:run.n]))
-    recv = rf.select(pl.concat_str([
-        pl.lit(f"{A}INFO "), _ts(pl.col("arr"), "%m-%d %H:%M:%S"), pl.lit(" [logger.py:43] Received request "),
-        pl.col("rid"), pl.lit(": prompt: '"), pl.col("prompt"), pl.lit("', params: "),
-        pl.lit(SAMPLING.split("{max_tokens}")[0]), pl.col("max_tokens").cast(pl.String),
-        pl.lit(SAMPLING.split("{max_tokens}")[1]), pl.lit(", prompt_token_ids: ["), pl.col("ids"),
-        pl.lit("], prompt_embeds shape: None, lora_request: None.")]).alias("s"))["s"]
+    if run.spec.iteration_log:
+        # Since ~0.10/0.11 the INFO line has no prompt (it moved to a DEBUG `Request … details` line).
+        recv = rf.select(pl.concat_str([
+            pl.lit(f"{A}INFO "), _ts(pl.col("arr"), "%m-%d %H:%M:%S"), pl.lit(" [logger.py:49] Received request "),
+            pl.col("rid"), pl.lit(": params: "), pl.lit(SAMPLING.split("{max_tokens}")[0]),
+            pl.col("max_tokens").cast(pl.String), pl.lit(SAMPLING.split("{max_tokens}")[1]),
+            pl.lit(", lora_request: None.")]).alias("s"))["s"]
+    else:
+        recv = _received_with_prompt(rf, A)
     L.add(rf["arr"].to_numpy(), recv)
     added = rf.select(pl.concat_str([
         pl.lit(f"{A}INFO "), _ts(pl.col("arr") + 1_000_000, "%m-%d %H:%M:%S"),
@@ -240,6 +253,38 @@ def _requests_v1(run: Run, L: _Lines, A: str, ports) -> None:
     acc = rf.select(pl.concat_str([pl.lit(f'{A}INFO:     127.0.0.1:'), pl.col("port").cast(pl.String),
                                    pl.lit(' - "POST /v1/completions HTTP/1.1" 200 OK')]).alias("s"))["s"]
     L.add(rf["arr"].to_numpy() + 1_500_000, acc)
+
+
+def _iterations_v1(run: Run, L: _Lines, E: str) -> None:
+    """One `Iteration(i): …` line per engine step (vllm/v1/engine/core.py `log_iteration_details`), written when
+    the step's wait ends (its end, stamped to the second): the step's true composition (context = prefill chunks,
+    generation = decodes, one token each) and its model time as the elapsed time, `.2f` ms."""
+    sim = run.sim
+    df = pl.DataFrame({"t": run.wall(sim.end_ns), "i": np.arange(len(sim.end_ns), dtype=np.int64),
+                       "cr": sim.prefill_reqs, "ct": sim.prefill_tokens, "gr": sim.n_decode,
+                       "el": (sim.end_ns - sim.start_ns) / 1e6})
+    s = df.select(pl.concat_str([
+        pl.lit(f"{E}INFO "), _ts(pl.col("t"), "%m-%d %H:%M:%S"), pl.lit(" [core.py:457] Iteration("),
+        pl.col("i").cast(pl.String), pl.lit("): "), pl.col("cr").cast(pl.String), pl.lit(" context requests, "),
+        pl.col("ct").cast(pl.String), pl.lit(" context tokens, "), pl.col("gr").cast(pl.String),
+        pl.lit(" generation requests, "), pl.col("gr").cast(pl.String),
+        pl.lit(" generation tokens, iteration elapsed time: "), _f2ms("el"), pl.lit(" ms")]).alias("s"))["s"]
+    L.add(df["t"].to_numpy(), s)
+
+
+def _f2ms(col: str) -> pl.Expr:
+    """`%.2f` of a non-negative float column."""
+    c = (pl.col(col) * 100).round(0).cast(pl.Int64)
+    return pl.concat_str([(c // 100).cast(pl.String), pl.lit("."), (c % 100).cast(pl.String).str.zfill(2)])
+
+
+def _received_with_prompt(rf: pl.DataFrame, A: str) -> pl.Series:
+    return rf.select(pl.concat_str([
+        pl.lit(f"{A}INFO "), _ts(pl.col("arr"), "%m-%d %H:%M:%S"), pl.lit(" [logger.py:43] Received request "),
+        pl.col("rid"), pl.lit(": prompt: '"), pl.col("prompt"), pl.lit("', params: "),
+        pl.lit(SAMPLING.split("{max_tokens}")[0]), pl.col("max_tokens").cast(pl.String),
+        pl.lit(SAMPLING.split("{max_tokens}")[1]), pl.lit(", prompt_token_ids: ["), pl.col("ids"),
+        pl.lit("], prompt_embeds shape: None, lora_request: None.")]).alias("s"))["s"]
 
 
 def _stats_v1(run: Run, L: _Lines, A: str) -> None:
