@@ -1,4 +1,4 @@
-"""The `stallscope report` and `stallscope export perfetto` commands."""
+"""The `stallscope report` command and the `export` sub-app (`export perfetto`), registered by stallscope/cli.py."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,14 +10,8 @@ export_app = typer.Typer(add_completion=False, no_args_is_help=True,
                          help="Export the store for other tools (Perfetto / chrome://tracing).")
 
 
-def register(app: typer.Typer) -> None:
-    app.command("report")(report_cmd)
-    export_app.command("perfetto")(perfetto_cmd)
-    app.add_typer(export_app, name="export")
-
-
 def _open_store(paths, db, year, tz):
-    from ..analyze_cli import open_store
+    from ..ingest.stores import open_store
 
     store = open_store(paths, db, year, tz)
     store.con.execute("SET enable_progress_bar = false")  # DuckDB's own bar would interleave with the summary
@@ -62,6 +56,7 @@ def report_cmd(
     summary(rep)
 
 
+@export_app.command("perfetto")
 def perfetto_cmd(
         out: Path = typer.Argument(..., help="Output file: OUT.json, or OUT.json.gz for gzip."),
         paths: Optional[list[Path]] = typer.Argument(None, help="Input files to ingest first (else --db)."),
