@@ -147,3 +147,17 @@ def test_the_cli_loads_without_the_optional_extras():
              "from stallscope.cli import main; main()")
     assert r.returncode == 1
     assert r.stderr.strip() == "error: stallscope capture needs PyTorch: pip install 'stallscope[capture]'"
+
+
+def test_the_architecture_page_names_every_part():
+    """docs/architecture.md matches the tree: every module and package of stallscope, every ingest module and every
+    SQL concept folder is named there (as `name`, `name/` or `name/...`)."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    parts = [p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"]
+    parts += [f"{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").exists()]
+    parts += [f"ingest/{p.stem}" for p in (PACKAGE / "ingest").glob("*.py") if p.stem != "__init__"]
+    parts += [f"queries/{d.name}/" for d in (PACKAGE / "queries").iterdir()
+              if d.is_dir() and not d.name.startswith(("_", "."))]
+    assert len(parts) > 20
+    missing = [p for p in parts if f"`{p}`" not in doc and f"`{p.rstrip('/')}/" not in doc]
+    assert not missing, f"docs/architecture.md does not name {missing}"

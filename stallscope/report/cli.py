@@ -66,11 +66,14 @@ def perfetto_cmd(
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
     """Write Chrome-trace JSON for ui.perfetto.dev / chrome://tracing: kernels, CPU ops, steps, gap/spike/chunk tracks."""
-    from ..analyze import Options, parse_slo
+    from ..analyze import Options, prepare
+    from ..slo import parse_slo
     from .perfetto import export
 
+    opts = Options(slo=parse_slo(slo), spike_k=spike_k, report_views=False)  # the export reads no report_* view
     with _open_store(paths, db, year, tz) as store:
-        counts = export(store, out, Options(slo=parse_slo(slo), spike_k=spike_k))
+        prepare(store.con, opts)
+        counts = export(store, out)
     total = sum(counts.values())
     detail = ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items()))
     typer.echo(f"wrote {out}: {total:,} events ({detail}); open it in https://ui.perfetto.dev (Open trace file)")
