@@ -13,6 +13,7 @@ QUERIES = sqlviews.all_queries()
 def empty_store():
     s = stallscope.open(":memory:")
     sqlviews.install(s.con)
+    sqlviews.install_export(s.con)
     return s
 
 

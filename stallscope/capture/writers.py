@@ -23,7 +23,8 @@ import numpy as np
 import polars as pl
 
 from stallscope.simulate.emit_bench import latency_summary
-from stallscope.simulate.emit_logs import SAMPLING, V1_VERSION, _f1, _Lines, _rec, _ts
+from stallscope.simulate.emit_logs import SAMPLING, V1_VERSION
+from stallscope.simulate.logtext import Lines, f1, record, ts_text
 from stallscope.simulate.text import text_of
 
 from .engine import EngineResult
@@ -97,7 +98,7 @@ def server_log(res: EngineResult, *, model_id: str, policy: str, budget: int, ma
     api_pid = os.getpid()
     A = f"(APIServer pid={api_pid}) "
     E = f"(EngineCore_0 pid={api_pid}) "   # one process serves here: the same pid behind both prefixes
-    L = _Lines()
+    L = Lines()
     wall = lambda t: int(epoch_of_perf_ns + t)  # noqa: E731
     t0 = wall(startup_ns)
     chunked = policy == "chunked"
@@ -129,7 +130,7 @@ def server_log(res: EngineResult, *, model_id: str, policy: str, budget: int, ma
         (A, "api_server.py:1880", "Starting vLLM API server 0 on http://0.0.0.0:8000"),
     ]
     for k, (pref, fl, msg) in enumerate(startup):
-        L.add(t0 + k, _rec(pref, "INFO", fl, np.array([t0 + k]), msg))
+        L.add(t0 + k, record(pref, "INFO", fl, np.array([t0 + k]), msg))
     L.add(t0 + len(startup), f"{A}INFO:     Application startup complete.")
     reqs = res.requests
     if reqs:
@@ -147,18 +148,18 @@ def server_log(res: EngineResult, *, model_id: str, policy: str, budget: int, ma
         }).filter(pl.Series(arrived))
         head, tail = SAMPLING.split("{max_tokens}")
         recv = rf.select(pl.concat_str([
-            pl.lit(f"{A}INFO "), _ts(pl.col("arr"), "%m-%d %H:%M:%S"), pl.lit(" [logger.py:43] Received request "),
+            pl.lit(f"{A}INFO "), ts_text(pl.col("arr"), "%m-%d %H:%M:%S"), pl.lit(" [logger.py:43] Received request "),
             pl.col("rid"), pl.lit(": prompt: '"), pl.col("prompt"), pl.lit("', params: "), pl.lit(head),
             pl.col("max_tokens").cast(pl.String), pl.lit(tail), pl.lit(", prompt_token_ids: ["), pl.col("ids"),
             pl.lit("], prompt_embeds shape: None, lora_request: None.")]).alias("s"))["s"]
         L.add(rf["arr"].to_numpy(), recv)
         added = rf.select(pl.concat_str([
-            pl.lit(f"{A}INFO "), _ts(pl.col("arr") + 1, "%m-%d %H:%M:%S"),
+            pl.lit(f"{A}INFO "), ts_text(pl.col("arr") + 1, "%m-%d %H:%M:%S"),
             pl.lit(" [async_llm.py:290] Added request "), pl.col("rid"), pl.lit(".")]).alias("s"))["s"]
         L.add(rf["arr"].to_numpy() + 1, added)
         done = rf.filter(pl.col("fin").is_not_null())
         fin = done.select(pl.concat_str([
-            pl.lit(f"{A}INFO "), _ts(pl.col("fin"), "%m-%d %H:%M:%S"),
+            pl.lit(f"{A}INFO "), ts_text(pl.col("fin"), "%m-%d %H:%M:%S"),
             pl.lit(" [async_llm.py:346] Finished request "), pl.col("rid"), pl.lit(".")]).alias("s"))["s"]
         L.add(done["fin"].to_numpy(), fin)
     if res.stats:
@@ -166,11 +167,11 @@ def server_log(res: EngineResult, *, model_id: str, policy: str, budget: int, ma
                            "g": [s.gen_tps for s in res.stats], "r": [s.running for s in res.stats],
                            "w": [s.waiting for s in res.stats], "kv": [s.kv_pct for s in res.stats]})
         s = st.select(pl.concat_str([
-            pl.lit(f"{A}INFO "), _ts(pl.col("t"), "%m-%d %H:%M:%S"),
-            pl.lit(" [loggers.py:123] Engine 000: Avg prompt throughput: "), _f1("p"),
-            pl.lit(" tokens/s, Avg generation throughput: "), _f1("g"), pl.lit(" tokens/s, Running: "),
+            pl.lit(f"{A}INFO "), ts_text(pl.col("t"), "%m-%d %H:%M:%S"),
+            pl.lit(" [loggers.py:123] Engine 000: Avg prompt throughput: "), f1("p"),
+            pl.lit(" tokens/s, Avg generation throughput: "), f1("g"), pl.lit(" tokens/s, Running: "),
             pl.col("r").cast(pl.String), pl.lit(" reqs, Waiting: "), pl.col("w").cast(pl.String),
-            pl.lit(" reqs, GPU KV cache usage: "), _f1("kv"), pl.lit("%, Prefix cache hit rate: 0.0%"),
+            pl.lit(" reqs, GPU KV cache usage: "), f1("kv"), pl.lit("%, Prefix cache hit rate: 0.0%"),
         ]).alias("s"))["s"]
         L.add(st["t"].to_numpy(), s)
     return L.text()

@@ -1,5 +1,5 @@
 """Prometheus metrics tables written by the metrics parser (parsers/prometheus.py): samples, families, scrapes."""
-from . import Col, Table
+from .model import Col, Table
 
 NS = "ns since Unix epoch, UTC"
 SRC = Col("source_id", "INTEGER", "", "The file the row came from (`sources.source_id`).")

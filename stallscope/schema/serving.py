@@ -1,5 +1,5 @@
 """Request-level and engine-level tables written by the server-log and benchmark parsers."""
-from . import Col, Table
+from .model import Col, Table
 
 NS = "ns since Unix epoch, UTC"
 SRC = Col("source_id", "INTEGER", "", "The file the row came from (`sources.source_id`).")

@@ -130,7 +130,3 @@ def _kinds(text: str | None) -> tuple[str, ...]:
         raise StallscopeError(f"--gzip: unknown artifact {bad[0]!r}; use {', '.join(text_kinds)} or all "
                               "(the trace is always gzipped)")
     return kinds
-
-
-def register(app: typer.Typer) -> None:
-    app.command("simulate")(simulate_cmd)

@@ -29,7 +29,7 @@ def parse_slo(text: str | None) -> dict[str, float]:
     """`ttft=500ms,tpot=50ms,itl=200ms` (any subset; ms or s; a bare number is ms) -> {key: ms}.
 
     The same grammar as `stallscope analyze --slo` (one parser for both), keyed as truth.json keys SLOs."""
-    from ..analyze import parse_slo as parse
+    from ..slo import parse_slo as parse
 
     return {k.removesuffix("_ms"): v for k, v in parse(text).as_dict().items()}
 
