@@ -9,7 +9,9 @@
   the startup configuration lines, `Received request` (with the prompt and its token ids), `Added request`
   and `Finished request` per request (received when sent: vLLM's API server is its own process and takes
   requests in while the engine core is busy with a step; the wait for the engine shows in the TTFT), and the
-  `Engine 000: Avg prompt throughput ...` stats line the engine computed every 10 s. V1 since 0.8 prints no
+  `Engine 000: Avg prompt throughput ...` stats line the engine computed every 10 s, and one
+  `Iteration(i): …` line per engine step with its measured wall time (vLLM >= 0.11
+  `--enable-logging-iteration-details`, the simulator's writer: stallscope/simulate/emit_logs.py). V1 since 0.8 prints no
   `Finished request` line (the first V1 AsyncLLM and V0 did); it is kept because it gives the server-side
   finish instant to whoever reads the log.
 Both files are written on the capture's wall clock (UTC), the profiler's clock.
@@ -23,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from stallscope.simulate.emit_bench import latency_summary
-from stallscope.simulate.emit_logs import SAMPLING, V1_VERSION
+from stallscope.simulate.emit_logs import SAMPLING, V1_VERSION, iteration_lines
 from stallscope.simulate.logtext import Lines, f1, record, ts_text
 from stallscope.simulate.text import text_of
 
@@ -105,7 +107,8 @@ def server_log(res: EngineResult, *, model_id: str, policy: str, budget: int, ma
     tokens_cap = max_num_seqs * max_model_len
     nd = {"model_tag": model_id, "model": model_id, "max_model_len": max_model_len,
           "max_num_batched_tokens": budget, "max_num_seqs": max_num_seqs, "enable_chunked_prefill": chunked,
-          "enforce_eager": True, "enable_log_requests": True, "device": device}
+          "enforce_eager": True, "enable_log_requests": True, "device": device,
+          "enable_logging_iteration_details": True}
     nd_txt = "{" + ", ".join(f"'{k}': {v!r}" for k, v in nd.items()) + "}"
     init = (f"Initializing a V1 LLM engine (v{V1_VERSION}) with config: model='{model_id}', speculative_config=None, "
             f"tokenizer='{model_id}', skip_tokenizer_init=True, tokenizer_mode=auto, revision=None, "
@@ -162,6 +165,13 @@ def server_log(res: EngineResult, *, model_id: str, policy: str, budget: int, ma
             pl.lit(f"{A}INFO "), ts_text(pl.col("fin"), "%m-%d %H:%M:%S"),
             pl.lit(" [async_llm.py:346] Finished request "), pl.col("rid"), pl.lit(".")]).alias("s"))["s"]
         L.add(done["fin"].to_numpy(), fin)
+    if res.steps:
+        # vLLM >= 0.11 with --enable-logging-iteration-details: one line per step, its measured wall time as the
+        # elapsed time (the loop synchronises after each step, so the step's window is the wait for its output).
+        st = res.steps
+        t_end = np.array([wall(s.end_ns) for s in st], dtype=np.int64)
+        L.add(t_end, iteration_lines(t_end, [s.ctx_reqs for s in st], [s.ctx_tokens for s in st],
+                                     [s.gen_reqs for s in st], [(s.end_ns - s.start_ns) / 1e6 for s in st], E))
     if res.stats:
         st = pl.DataFrame({"t": [wall(s.ts_ns) for s in res.stats], "p": [s.prompt_tps for s in res.stats],
                            "g": [s.gen_tps for s in res.stats], "r": [s.running for s in res.stats],

@@ -20,7 +20,9 @@ ENGINE_POLICY_NAMES = {"chunked": "chunked", "v0": "prefill_first", "sglang": "s
 # but no KV read (unless a benchmark file is aligned), no prefill attention work, and the host time between
 # steps is inferred from the 1-s stamps: the replay's coefficient draws do not see those gaps, so each side of
 # the band is stretched by half again.
-EVIDENCE_BAND = {"trace": 1.0, "iteration_log": 1.5}
+# SGLang's batch lines time 40-forward decode means and prefill forwards only through 2-decimal throughputs and
+# differences (stallscope/recommend/observe.py sglang_observations): each side twice as wide.
+EVIDENCE_BAND = {"trace": 1.0, "iteration_log": 1.5, "sglang_log": 2.0}
 
 
 @dataclass
@@ -73,12 +75,12 @@ def recommend(con, opts: Options) -> dict:
     if n_steps == 0 and n_iter and len(obs) == 0:
         missing.append(f"engine step durations: the {n_iter} vLLM iteration lines carry no step with tokens and a "
                        "positive elapsed time")
-    elif n_steps == 0 and not n_iter:
+    elif n_steps == 0 and not n_iter and len(obs) == 0:
         batches = con.execute("SELECT count(*) FROM engine_batches").fetchall()[0][0]
         if batches:
-            missing.append(f"engine step durations: the {batches} SGLang batch lines carry scheduling times (and "
-                           "decode lines only every 40 iterations), not step durations; add a profiler trace "
-                           "(SGLang step markers) of the same load")
+            missing.append(f"engine step durations: none of the {batches} SGLang batch lines times a step (a decode "
+                           "interval without prefill lines, or two prefill lines with prefill work waiting, each "
+                           "with its throughput field); add a profiler trace (SGLang step markers) of the same load")
         else:
             missing.append("engine steps: the store has no profiler trace and no vLLM iteration lines (no per-step "
                            "durations and batch composition); serve with vLLM >= 0.11 and "

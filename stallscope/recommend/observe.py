@@ -12,9 +12,14 @@ KV_AGREEMENT = 0.8
 
 
 def step_observations(con) -> tuple[Observations, dict]:
-    """Observed steps (view recommend_step_obs) and facts about them (host gaps, bases, counts)."""
+    """Observed steps (view recommend_step_obs) and facts about them (host gaps, bases, counts); without any, the
+    steps SGLang's batch lines time (`sglang_observations`)."""
     cols = con.sql("SELECT * FROM recommend_step_obs ORDER BY source_id, step_index").fetchnumpy()
     n = len(cols["step_ms"])
+    if n == 0:
+        sgl = sglang_observations(con)
+        if sgl is not None:
+            return sgl
     f = lambda k: np.asarray(np.ma.filled(cols[k].astype(float), np.nan), dtype=float) if n else np.zeros(0)  # noqa: E731
     dec, kv, att = f("decode_seqs"), f("kv_tokens_read"), f("attention_units")
     notes = {}
@@ -57,6 +62,105 @@ def step_observations(con) -> tuple[Observations, dict]:
     obs = Observations(step_ms=f("step_ms"), decode_seqs=dec, tokens=f("tokens"), kv_read=kv, attn_units=att,
                        has_prefill=f("prefill_tokens") > 0 if n else np.zeros(0, bool), notes=notes)
     return obs, info
+
+
+# SGLang's default --decode-log-interval: one Decode batch line every this many decode forwards.
+DECODE_LOG_INTERVAL = 40
+
+
+def sglang_observations(con) -> tuple[Observations, dict] | None:
+    """Step observations from SGLang batch lines (view recommend_sglang_lines); None when the store has none.
+
+    What the lines honestly give (../shared/notes/tgi-sglang-formats.md §2.2-§2.3):
+    - decode: an interval between two decode lines with no prefill line inside ran `DECODE_LOG_INTERVAL` decode
+      forwards and nothing else, so its mean step is running / gen_throughput (the batch taken as the mean of the
+      two lines' `#running-req`, its KV read as the mean of their `#token`);
+    - prefill, exact: a prefill forward followed by another with no decode forward between (prefill work was
+      waiting, see the view) lasted `#new-token` of it over the next line's `input throughput`;
+    - prefill, by difference: an interval holding k prefill lines lasted (decode tokens) / gen_throughput; less
+      its decode forwards at the decode-only intervals' fitted step time, the rest is k prefill forwards, kept as
+      one observation of their mean (tokens and attention work averaged; the tile staircase is smeared over the
+      k chunks). Intervals with a prefill scheduled onto an empty batch are left out (the engine may have idled).
+    Every time includes the host time between forwards (SGLang times lines on the wall clock), so the replay adds
+    no host gap. Prefill attention work Σc·(k + c/2) is exact for one-request batches, else taken as if the
+    batch's new and cached tokens were shared evenly."""
+    from .fit import _irls
+
+    if not con.execute("SELECT count(*) FROM engine_batches").fetchall()[0][0]:
+        return None
+    cols = con.sql("SELECT * FROM recommend_sglang_lines ORDER BY source_id, sched, line_no").fetchnumpy()
+    num = lambda k: np.asarray(np.ma.filled(cols[k].astype(float), np.nan), dtype=float)  # noqa: E731
+    kind = np.asarray(cols["kind"]).astype(str)
+    src = np.asarray(cols["source_id"]).astype(np.int64)
+    sched = np.asarray(cols["sched"]).astype(str)
+    itv = np.asarray(cols["interval"]).astype(np.int64)
+    run, prev_run, g = num("running_reqs"), num("prev_running"), num("gen_tps")
+    kvt, prev_kv = num("kv_tokens"), num("prev_kv_tokens")
+    new, cached, nseq, queued = num("new_tokens"), num("cached_tokens"), num("new_seqs"), num("queued_reqs")
+    mixed_chunk = bool(con.execute("SELECT coalesce(max(value_num), 0) FROM engine_config "
+                                   "WHERE key = 'enable_mixed_chunk'").fetchall()[0][0]) or (kind == "mixed").any()
+    info: dict = {"steps": 0, "evidence": "sglang_log", "host_gap_ms": (0.0, 0.0)}
+    is_dec = kind == "decode"
+    is_pf = ~is_dec
+    # Intervals: (source, scheduler, interval) keys; per interval the prefill lines it holds.
+    key = np.char.add(np.char.add(src.astype(str), "|" + sched), np.char.add("|", itv.astype(str))) if len(kind) \
+        else np.zeros(0, str)
+    uk, inv = np.unique(key, return_inverse=True)
+    n_pf = np.bincount(inv, weights=is_pf.astype(float), minlength=len(uk))
+    idle = np.bincount(inv, weights=(is_pf & (np.nan_to_num(run, nan=0) <= 0)).astype(float), minlength=len(uk))
+    pf_new = np.bincount(inv, weights=np.where(is_pf, np.nan_to_num(new), 0), minlength=len(uk))
+    per_seq = np.maximum(np.nan_to_num(nseq, nan=1), 1)
+    attn_line = np.where(is_pf, np.nan_to_num(new) * (np.nan_to_num(cached) + np.nan_to_num(new) / 2) / per_seq, 0)
+    pf_attn = np.bincount(inv, weights=attn_line, minlength=len(uk))
+    # Running-batch samples inside an interval (prefill lines' #running-req plus the batch they add) for the mean.
+    b_after = np.where(is_pf, np.nan_to_num(run) + np.nan_to_num(nseq), 0)
+    pf_b = np.bincount(inv, weights=b_after, minlength=len(uk))
+    ok_dec = is_dec & (itv > 0) & np.isfinite(g) & (g > 0) & np.isfinite(run) & (run > 0) & np.isfinite(prev_run)
+    clean = ok_dec & (n_pf[inv] == 0)
+    B = (run + prev_run) / 2
+    kv = np.where(np.isfinite(kvt) & np.isfinite(prev_kv), (kvt + prev_kv) / 2, np.nan)
+    rows: list[tuple] = []   # (step_ms, decode_seqs, tokens, kv, attn, has_prefill, basis)
+    d_ms = 1000 * B[clean] / g[clean]
+    rows.append((d_ms, B[clean], B[clean], kv[clean], np.zeros(clean.sum()), np.zeros(clean.sum(), bool),
+                 "sglang_decode_interval"))
+    # Exact prefill forwards: the next prefill line follows with no decode forward between.
+    nxt_tps, nxt_cached = num("next_input_tps"), num("next_cached")
+    continues = np.isfinite(nxt_cached) & (nxt_cached >= np.nan_to_num(new)) & (nseq == 1) & \
+        (nxt_cached == np.nan_to_num(cached) + np.nan_to_num(new))
+    adj = is_pf & np.isfinite(nxt_tps) & (nxt_tps > 0) & (np.nan_to_num(new) > 0) & \
+        ((np.nan_to_num(queued) > 0) | continues)
+    p_dec = np.where(mixed_chunk, np.nan_to_num(run), 0.0)[adj] if len(adj) else np.zeros(0)
+    rows.append((1000 * new[adj] / nxt_tps[adj], p_dec, new[adj] + p_dec, np.where(p_dec > 0, np.nan, 0.0),
+                 attn_line[adj], np.ones(adj.sum(), bool), "sglang_prefill_gap"))
+    # Prefill forwards by difference (not with mixed chunking: there decode lines count the prefill forwards too).
+    mixed_iv = ok_dec & (n_pf[inv] > 0) & (idle[inv] == 0)
+    if clean.sum() >= 10 and mixed_iv.any() and not mixed_chunk:
+        Xd = np.column_stack([np.ones(clean.sum()), B[clean], np.nan_to_num(kv[clean])])
+        coef, _, _ = _irls(Xd, d_ms, np.array([True, True, bool(np.isfinite(kv[clean]).all())]))
+        ii = inv[mixed_iv]
+        k = n_pf[ii]
+        Bm = (run[mixed_iv] + prev_run[mixed_iv] + pf_b[ii]) / (2 + k)
+        kvm = np.nan_to_num(kv[mixed_iv])
+        total = 1000 * DECODE_LOG_INTERVAL * Bm / g[mixed_iv]
+        rest = total - DECODE_LOG_INTERVAL * (coef[0] + coef[1] * Bm + coef[2] * kvm)
+        keep = rest > 0
+        t_pf = (rest / k)[keep]
+        rows.append((t_pf, np.zeros(len(t_pf)), (pf_new[ii] / k)[keep], np.zeros(len(t_pf)),
+                     (pf_attn[ii] / k)[keep], np.ones(len(t_pf), bool), "sglang_interval_rest"))
+        info["sglang_intervals_left_out"] = int((~keep).sum() + (ok_dec & (idle[inv] > 0)).sum())
+    cat = lambda j: np.concatenate([r[j] for r in rows]).astype(float)  # noqa: E731
+    step_ms, dec, tok, kvr, att = (cat(j) for j in range(5))
+    has_pf = np.concatenate([r[5] for r in rows]).astype(bool)
+    info["steps"] = len(step_ms)
+    info["composition_basis"] = {r[6]: len(r[0]) for r in rows if len(r[0])}
+    info["kv_basis"] = {"sglang_token_count": int(np.isfinite(kvr[dec > 0]).sum()), "none": int((dec == 0).sum())}
+    info["decode_forwards_per_line"] = DECODE_LOG_INTERVAL
+    notes = {}
+    if not np.isfinite(kvr[dec > 0]).any():
+        notes["per_kv_token_ms"] = "no KV-read evidence: the SGLang decode lines carry no #token count"
+    obs = Observations(step_ms=step_ms, decode_seqs=dec, tokens=tok, kv_read=kvr, attn_units=att,
+                       has_prefill=has_pf, notes=notes)
+    return (obs, info) if len(obs) else None
 
 
 @dataclass

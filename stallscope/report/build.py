@@ -183,7 +183,9 @@ def _hurt(con, a: dict, b: list, top: int) -> None:
 
 _EVIDENCE_WORDS = {"trace": "the profiler trace's steps",
                    "iteration_log": "vLLM's per-step Iteration log lines (no profiler trace; goodput band widened "
-                                    "x1.5)"}
+                                    "x1.5)",
+                   "sglang_log": "SGLang's scheduler batch lines (40-forward decode means and prefill forwards timed "
+                                 "by their throughput fields; no profiler trace; goodput band widened x2)"}
 
 
 def _recommendation(a: dict, b: list, img: dict) -> None:

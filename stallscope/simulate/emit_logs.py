@@ -227,16 +227,23 @@ def _iterations_v1(run: Run, L: Lines, E: str) -> None:
     the step's wait ends (its end, stamped to the second): the step's true composition (context = prefill chunks,
     generation = decodes, one token each) and its model time as the elapsed time, `.2f` ms."""
     sim = run.sim
-    df = pl.DataFrame({"t": run.wall(sim.end_ns), "i": np.arange(len(sim.end_ns), dtype=np.int64),
-                       "cr": sim.prefill_reqs, "ct": sim.prefill_tokens, "gr": sim.n_decode,
-                       "el": (sim.end_ns - sim.start_ns) / 1e6})
-    s = df.select(pl.concat_str([
+    t = run.wall(sim.end_ns)
+    L.add(t, iteration_lines(t, sim.prefill_reqs, sim.prefill_tokens, sim.n_decode, (sim.end_ns - sim.start_ns) / 1e6,
+                             E))
+
+
+def iteration_lines(t_end_ns, ctx_reqs, ctx_tokens, gen_reqs, elapsed_ms, E: str) -> pl.Series:
+    """The `Iteration(i): …` lines of steps ending at wall instants `t_end_ns` (one counter from 0), prefix `E`;
+    shared by the simulator and `stallscope capture` (stallscope/capture/writers.py)."""
+    df = pl.DataFrame({"t": np.asarray(t_end_ns, dtype=np.int64), "i": np.arange(len(t_end_ns), dtype=np.int64),
+                       "cr": np.asarray(ctx_reqs, dtype=np.int64), "ct": np.asarray(ctx_tokens, dtype=np.int64),
+                       "gr": np.asarray(gen_reqs, dtype=np.int64), "el": np.asarray(elapsed_ms, dtype=float)})
+    return df.select(pl.concat_str([
         pl.lit(f"{E}INFO "), ts_text(pl.col("t"), "%m-%d %H:%M:%S"), pl.lit(" [core.py:457] Iteration("),
         pl.col("i").cast(pl.String), pl.lit("): "), pl.col("cr").cast(pl.String), pl.lit(" context requests, "),
         pl.col("ct").cast(pl.String), pl.lit(" context tokens, "), pl.col("gr").cast(pl.String),
         pl.lit(" generation requests, "), pl.col("gr").cast(pl.String),
         pl.lit(" generation tokens, iteration elapsed time: "), _f2ms("el"), pl.lit(" ms")]).alias("s"))["s"]
-    L.add(df["t"].to_numpy(), s)
 
 
 def _f2ms(col: str) -> pl.Expr:
