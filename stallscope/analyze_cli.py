@@ -65,7 +65,9 @@ def analyze_cmd(
             result["recommendation"] = run_recommend(store.con, RecOptions(slo=opts.slo, attainment=attainment,
                                                                           prepared=True))
     if json_out:
-        json_out.write_text(json.dumps(result, indent=1) + "\n")
+        from .outputs import write_text
+
+        write_text(json_out, json.dumps(result, indent=1) + "\n")  # whole or not at all, never a cut file
     _summary(result, top)
     rec = result.get("recommendation")
     if rec is not None:

@@ -220,22 +220,27 @@ def _print_df(df, title: str | None) -> None:
 
 def main() -> None:
     """Entry point: every failure is one clear line on stderr and a non-zero exit, never a traceback."""
+    from . import interrupts
+
+    interrupts.install()
     try:
         rc = app(standalone_mode=False)
+        if rc == interrupts.EXIT_INTERRUPTED:  # the CLI framework turns a KeyboardInterrupt into this status
+            _interrupted()
         if isinstance(rc, int) and rc:  # click hands typer.Exit codes back instead of raising them
             sys.exit(rc)
+    except (typer.Abort, KeyboardInterrupt):
+        _interrupted()
     except StallscopeError as e:
+        if interrupts.requested():
+            _interrupted()
         _error(str(e))
         sys.exit(1)
     except typer.Exit as e:
         sys.exit(e.exit_code)
-    except typer.Abort:
-        err.print("aborted")
-        sys.exit(130)
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(130)
     except Exception as e:  # noqa: BLE001 - the promise is one line, not a traceback
+        if interrupts.requested():  # a query that Ctrl-C interrupted fails with DuckDB's own error
+            _interrupted()
         # Usage errors from the CLI framework (typer vendors click): recognised by shape, not by import path.
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):
             if type(e).__name__ == "NoArgsIsHelpError":  # the help text is already printed
@@ -247,6 +252,15 @@ def main() -> None:
         _error(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
                "(set STALLSCOPE_DEBUG=1 for a traceback)")
         sys.exit(2)
+
+
+def _interrupted():
+    """Exit 130 at once: worker threads still running (a parser's pool) must not hold the exit back."""
+    from . import interrupts
+
+    interrupts.say_interrupted()
+    sys.stdout.flush()
+    os._exit(interrupts.EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

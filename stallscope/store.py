@@ -8,6 +8,7 @@ from typing import Iterable, Sequence
 import duckdb
 import polars as pl
 
+from . import interrupts
 from .errors import StallscopeError, StoreLocked
 from .schema import TABLES, create_all
 
@@ -26,7 +27,9 @@ def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnect
         if p.exists() and p.is_dir():
             raise StallscopeError(f"{path} is a directory, not a DuckDB file")
     try:
-        return duckdb.connect(path, read_only=read_only)
+        con = duckdb.connect(path, read_only=read_only)
+        interrupts.register(con)  # Ctrl-C interrupts its queries (stallscope.interrupts)
+        return con
     except duckdb.IOException as e:
         m = _LOCK_RX.search(str(e))
         if m:

@@ -27,11 +27,12 @@ values also sit in `engine_config` rows with origin `bench_clock` (several runs 
 
 Callable from other modules: the pure functions `run_start_anchor_ns`, `find_run_window`, `assign_in_window`,
 `fit_common_offset`, `place_without_send_times`, `fit_offset_to_steps`, `match_run`; and over a store
-`align_store(con, touched=None)` (what the benchmark parser's post_ingest runs) and `write_unit_clock`.
+`align_store(con, touched=None)` (what the ingest orchestrator runs after loading files) and `write_unit_clock`.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -44,6 +45,10 @@ SECOND = 1_000_000_000
 MAX_DURATION_S = 1e9  # seconds: beyond this a run length does not fit the int64 ns clock with room to spare
 ZONE_STEP_NS = 900 * SECOND  # UTC offsets are whole quarter hours
 BENCH_PARSER = "bench_json"
+# vLLM's `date`: `datetime.now().strftime('%Y%m%d-%H%M%S')` (the benchmark parser's `bench_date` pattern uses it)
+BENCH_DATE_REGEX = (r"^(?P<year>\d{4})(?P<month>\d{2})(?P<day>\d{2})-(?P<hour>\d{2})(?P<minute>\d{2})"
+                    r"(?P<second>\d{2})$")
+_BENCH_DATE_RX = re.compile(BENCH_DATE_REGEX)
 _UNKNOWN = np.iinfo(np.int64).min  # an arrival that stays NULL
 
 __all__ = ["run_start_anchor_ns", "find_run_window", "assign_in_window", "fit_common_offset",
@@ -57,11 +62,9 @@ __all__ = ["run_start_anchor_ns", "find_run_window", "assign_in_window", "fit_co
 
 def run_start_anchor_ns(date: object, duration_s: float | None, tz: str) -> tuple[int | None, str]:
     """Epoch ns of a run's start from vLLM's `date` (end of run, local time, `%Y%m%d-%H%M%S`) and `duration`."""
-    from stallscope.parsers.bench_json import PATTERNS
-
     if not isinstance(date, str):
         return None, "no `date` in the run"
-    m = PATTERNS[1].compiled.search(date.strip())
+    m = _BENCH_DATE_RX.search(date.strip())
     if m is None:
         return None, f"`date` {date[:40]!r} is not YYYYMMDD-HHMMSS"
     try:
@@ -555,7 +558,8 @@ def _duration_ns(seconds) -> int | None:
     return int(round(seconds * SECOND))
 
 
-def _relevant(con, touched: list[int]) -> bool:
+def relevant(con, touched: list[int]) -> bool:
+    """Whether any of these sources is a benchmark, a server log with request rows, or a trace with steps."""
     if not touched:
         return False
     ids = ",".join(str(int(i)) for i in touched)
@@ -585,7 +589,7 @@ def align_store(con, touched: list[int] | None = None) -> list[str]:
     With `touched` (source ids of the ingest call that just ran), nothing happens unless one of them is a
     benchmark, a server log with request rows, or a trace with steps.
     """
-    if touched is not None and not _relevant(con, touched):
+    if touched is not None and not relevant(con, touched):
         return []
     units = _units(con)
     if not units:

@@ -1,4 +1,10 @@
-"""Ingest orchestration: find files, detect formats by content, and load each source in its own transaction."""
+"""Ingest orchestration: find files, detect formats by content, load each source in its own transaction, then run
+the cross-source steps (clock alignment) that the loads made pending, each in its own transaction.
+
+Crash consistency: a load marks the derived steps that depend on it `pending` in `derived_steps` within the load's
+own transaction, and a step marks itself `done` within its own; so after a crash at any point the next ingest runs
+whatever is still pending, even when every file is unchanged, and the store equals a clean ingest's.
+"""
 from __future__ import annotations
 
 import hashlib
@@ -10,9 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .. import interrupts
 from ..errors import InputError, StallscopeError
+from ..faults import crash_point
+from . import align
 from .memory import arrow_pool, out_of_memory, store_memory
-from ..parsers import InputFile, Options, ParseContext, Parser, all_parsers, detect
+from ..parsers import InputFile, Options, ParseContext, Parser, detect
 from ..schema import TABLES
 
 
@@ -74,12 +83,31 @@ def _classify(inp: InputFile) -> tuple[Parser, str]:
         head = inp.head(4096)
         if inp.compression == "gzip" and not head:
             raise InputError(f"{inp.path}: gzip stream ends before any data")
-        if b"\x00" in head:
-            raise InputError(f"{inp.path}: binary file, not a trace, log or benchmark result")
-        preview = head[:60].decode("utf-8", "replace").replace("\n", "\\n")
-        raise InputError(f"{inp.path}: unknown format (not a Kineto trace, vLLM/TGI/SGLang log or benchmark "
-                         f"result); starts with {preview!r}")
+        # Kind and size only, never the bytes: a file named by mistake (a key, /etc/shadow) must not reach a
+        # terminal log or a shared lake's `_shards.error` through this message.
+        kind = ("binary" if b"\x00" in head else "JSON text" if head.lstrip()[:1] in (b"{", b"[") else "text")
+        if inp.compression == "gzip":
+            kind = f"gzip-compressed {kind}"
+        size = f"{inp.size:,} bytes"
+        if kind.endswith("binary"):
+            raise InputError(f"{inp.path}: {kind} file ({size}), not a trace, log or benchmark result")
+        raise InputError(f"{inp.path}: unknown format ({kind}, {size}): not a Kineto trace, vLLM/TGI/SGLang log "
+                         f"or benchmark result")
     return found
+
+
+def check_regular(path: Path) -> None:
+    """Refuse, before any open, what is not a regular file: opening a FIFO blocks until a writer comes, and a
+    FIFO, socket or device (/dev/zero) has no size or stable content to ingest."""
+    import stat
+
+    mode = os.stat(path).st_mode
+    if stat.S_ISREG(mode):
+        return
+    kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a directory" if stat.S_ISDIR(mode) else "not a regular file")
+    raise InputError(f"{path}: {kind}, not a regular file; copy its content to a file first")
 
 
 def _delete_source(con, source_id: int) -> None:
@@ -114,7 +142,7 @@ def _existing(con, digest: str, path: str):
 
 
 def ingest_one(store, inp: InputFile, parser: Parser, fmt: str, options: Options,
-               progress: Callable[[int], None] | None = None) -> IngestResult:
+               progress: Callable[[int], None] | None = None, *, point: str = "ingest.file") -> IngestResult:
     con = store.con
     path = str(inp.path)
     same_size = con.execute("SELECT count(*) FROM sources WHERE size_bytes = ?", [inp.size]).fetchall()[0][0]
@@ -173,6 +201,9 @@ def ingest_one(store, inp: InputFile, parser: Parser, fmt: str, options: Options
             [digest, c.parsed, c.skipped, c.rejected, getattr(ctx, "raw_bytes", inp.size), ctx.clock_offset_ns,
              ctx.clock_method, ctx.clock_note, ctx.clock_residual_ns, getattr(ctx, "first_ns", None),
              getattr(ctx, "last_ns", None), dt, source_id])
+        if old or align.relevant(con, [source_id]):
+            mark_pending(con, ALIGNMENT, source_id)
+        crash_point(f"{point}.before_commit")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -211,6 +242,7 @@ def ingest_paths(store, paths: list[Path], *, options: Options | None = None,
     planned: list[tuple[InputFile, Parser, str]] = []
     for f, named in files:
         try:
+            check_regular(f)
             inp = InputFile(f)
             parser, fmt = _classify(inp)
             planned.append((inp, parser, fmt))
@@ -221,41 +253,29 @@ def ingest_paths(store, paths: list[Path], *, options: Options | None = None,
                 # A directory also holds READMEs, notes, ground-truth files: not inputs, said so, not fatal.
                 results.append(IngestResult(str(f), "skipped", message=f"not an input: {_one_line(e)}"))
     planned.sort(key=lambda x: x[1].order)
-    touched: dict[str, Parser] = {}
     with store_memory(store.con) as mem:  # DuckDB's memory stops growing with the file (stallscope.ingest.memory)
-        _load_all(store, planned, options, on_file, on_result, results, touched, mem)
-    notes: list[str] = []
-    if touched:
-        new_ids = [r.source_id for r in results if r.status in ("ingested", "replaced")]
-        for p in all_parsers():
-            store.con.execute("BEGIN TRANSACTION")
-            try:
-                notes += p.post_ingest(store.con, new_ids, options)
-                store.con.execute("COMMIT")
-            except StallscopeError as e:
-                store.con.execute("ROLLBACK")
-                notes.append(f"{p.name}: {_one_line(e)}")
-            except Exception as e:  # cross-source steps are best effort; the files themselves are in
-                store.con.execute("ROLLBACK")
-                notes.append(f"{p.name}: cross-source step (clock alignment) skipped after an internal error; "
-                             f"the files themselves are in{_debug_detail(e)}")
+        _load_all(store, planned, options, on_file, on_result, results, mem)
+    crash_point("ingest.loaded")
+    notes = run_pending_steps(store.con)
     return IngestReport(results, notes)
 
 
-def _load_all(store, planned, options, on_file, on_result, results: list[IngestResult],
-              touched: dict[str, Parser], mem) -> None:
+def _load_all(store, planned, options, on_file, on_result, results: list[IngestResult], mem) -> None:
     """Each planned file in its own transaction; failures become results, never exceptions. A file whose load
     ran out of DuckDB's ingest memory limit is loaded again without it (`stallscope.ingest.memory.StoreMemory`)."""
-    for inp, parser, fmt in planned:
+    for i, (inp, parser, fmt) in enumerate(planned, 1):
         progress = on_file(inp.path, inp.size) if on_file else None
+        point = f"ingest.file{i}"
+        crash_point(f"{point}.start")
+        progress = _with_crash_point(progress, f"{point}.parsing")
         try:
             try:
-                r = ingest_one(store, inp, parser, fmt, options, progress)
+                r = ingest_one(store, inp, parser, fmt, options, progress, point=point)
             except Exception as e:
                 if not (out_of_memory(e) and mem.lift()):
                     raise
                 try:
-                    r = ingest_one(store, inp, parser, fmt, options, progress)
+                    r = ingest_one(store, inp, parser, fmt, options, progress, point=point)
                 finally:
                     mem.apply()
         except StallscopeError as e:
@@ -263,13 +283,83 @@ def _load_all(store, planned, options, on_file, on_result, results: list[IngestR
         except KeyboardInterrupt:
             raise
         except Exception as e:  # a parser bug must not take the other files down, nor print a traceback
+            if interrupts.requested():  # Ctrl-C interrupted its queries: not the file's fault, and the end
+                raise KeyboardInterrupt from None
             r = IngestResult(str(inp.path), "failed", fmt, parser.name,
                              message=internal_failure(str(inp.path), parser.name, "loading it into the store", e))
-        if r.status in ("ingested", "replaced"):
-            touched[parser.name] = parser
+        crash_point(f"{point}.done")
         results.append(r)
         if on_result:
             on_result(r)
+
+
+# -- derived (cross-source) steps ----------------------------------------------------------------------------
+
+ALIGNMENT = "clock_alignment"
+# Each step re-derives its output from the whole store (idempotent) and returns notes for the user.
+DERIVED_STEPS: dict[str, Callable[..., list[str]]] = {ALIGNMENT: align.align_store}
+
+
+def mark_pending(con, step: str, source_id: int) -> None:
+    """`step` must run again because `source_id` was loaded or replaced; called inside the load's transaction."""
+    prev = con.execute("SELECT depends_on FROM derived_steps WHERE step = ? AND state = 'pending'",
+                       [step]).fetchall()
+    ids = (prev[0][0] + "," if prev and prev[0][0] else "") + str(int(source_id))
+    con.execute("DELETE FROM derived_steps WHERE step = ?", [step])
+    con.execute("INSERT INTO derived_steps (step, state, depends_on, updated_ns) VALUES (?, 'pending', ?, ?)",
+                [step, ids, time.time_ns()])
+
+
+def run_pending_steps(con) -> list[str]:
+    """Run every pending derived step, each in one transaction with its `done` mark; a step that fails stays
+    pending (the next ingest tries it again) and becomes a note: the files themselves are in."""
+    notes: list[str] = []
+    pending = [r[0] for r in con.execute(
+        "SELECT step FROM derived_steps WHERE state = 'pending' ORDER BY step").fetchall()]
+    for step in pending:
+        crash_point(f"derive.{step}.start")
+        con.execute("BEGIN TRANSACTION")
+        try:
+            step_notes = DERIVED_STEPS[step](con)
+            crash_point(f"derive.{step}.before_commit")
+            con.execute("""UPDATE derived_steps SET state = 'done', updated_ns = ?, depends_on =
+                             (SELECT string_agg(source_id || ':' || sha256, ',' ORDER BY source_id) FROM sources)
+                           WHERE step = ?""", [time.time_ns(), step])
+            con.execute("COMMIT")
+        except StallscopeError as e:
+            con.execute("ROLLBACK")
+            notes.append(f"{step.replace('_', ' ')}: {_one_line(e)}")
+            continue
+        except Exception as e:  # best effort: the files themselves are in, the step runs again next time
+            con.execute("ROLLBACK")
+            if interrupts.requested():
+                raise KeyboardInterrupt from None
+            if out_of_memory(e) or isinstance(e, MemoryError):
+                raise
+            notes.append(f"{step.replace('_', ' ')} skipped after an internal error; the files themselves are in, "
+                         f"and the next ingest tries it again{_debug_detail(e)}")
+            continue
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        crash_point(f"derive.{step}.committed")
+        notes += step_notes
+    return notes
+
+
+def _with_crash_point(progress, name: str):
+    """The progress callback, with a crash point at its first call (inside the parse of a file)."""
+    if not os.environ.get("STALLSCOPE_CRASH_AT") and not os.environ.get("STALLSCOPE_CRASH_LOG"):
+        return progress
+    first = [True]
+
+    def wrapped(done: int) -> None:
+        if first[0]:
+            first[0] = False
+            crash_point(name)
+        if progress is not None:
+            progress(done)
+    return wrapped
 
 
 def internal_failure(path: str, parser: str, place: str, e: BaseException) -> str:

@@ -34,7 +34,7 @@ that do not decode or are not a benchmark run (one record each). Skipped = blank
 Clock: at parse time each run is placed with `date` (end-of-run local time, zone from `--tz`) minus `duration`
 (`bench_date_minus_duration`, coarse); `start_times`, when present, give each request's send time relative to
 that anchor. Without `start_times` the request instants stay NULL until clock alignment (stallscope/align.py,
-run from `post_ingest`) matches the run to a server log's `Received request` lines.
+run by the ingest orchestrator after every file is loaded) matches the run to a server log's `Received request` lines.
 """
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ PATTERNS = [
     ),
     Pattern(
         "bench_date",
-        r"^(?P<year>\d{4})(?P<month>\d{2})(?P<day>\d{2})-(?P<hour>\d{2})(?P<minute>\d{2})(?P<second>\d{2})$",
+        align.BENCH_DATE_REGEX,
         (
             Sample("20250414-162000", {"year": "2025", "month": "04", "day": "14", "hour": "16", "minute": "20",
                                        "second": "00"}, _Q01),
@@ -156,10 +156,6 @@ class BenchJsonParser(Parser):
             f"{len(runs)} runs, per-run clock in engine_config (origin bench_clock): "
             + "; ".join(f"run {i}: {c[1]}" for i, c in enumerate(clocks)))
         ctx.set_clock(method, note, offset_ns=clocks[0][2])
-
-    def post_ingest(self, con, source_ids, options):
-        """Clock alignment of every benchmark run against server logs and traces (stallscope/align.py)."""
-        return align.align_store(con, touched=source_ids)
 
 
 PARSER = BenchJsonParser()
