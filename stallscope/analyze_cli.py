@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+
+from . import cliopts
 from rich.console import Console
 from rich.table import Table
 
@@ -38,12 +40,16 @@ def analyze_cmd(
         paths: Optional[list[Path]] = typer.Argument(None, help="Input files or directories: ingested into a fresh "
                                                                 "store first (or into --db when given)."),
         db: Optional[str] = typer.Option(None, "--db", help="Store to analyse (default stallscope.duckdb)."),
-        slo: Optional[str] = typer.Option(None, "--slo", help="SLOs, e.g. ttft=500ms,tpot=50ms,itl=200ms "
-                                                             "(any subset; ms or s)."),
-        attainment: float = typer.Option(0.9, "--attainment", help="Target share of good requests."),
-        spike_k: float = typer.Option(3.0, "--spike-k", help="A gap is a spike above k x the decode-only gap."),
+        slo: Optional[str] = typer.Option(None, "--slo", callback=cliopts.slo,
+                                          help="SLOs, e.g. ttft=500ms,tpot=50ms,itl=200ms "
+                                               "(any subset; ms or s)."),
+        attainment: float = typer.Option(0.9, "--attainment", callback=cliopts.attainment,
+                                         help="Target share of good requests."),
+        spike_k: float = typer.Option(3.0, "--spike-k", callback=cliopts.spike_k,
+                                      help="A gap is a spike above k x the decode-only gap."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the stallscope.analysis/1 JSON here."),
-        top: int = typer.Option(10, "--top", help="Spikes to show in the terminal summary."),
+        top: int = typer.Option(10, "--top", callback=cliopts.non_negative,
+                                help="Spikes to show in the terminal summary."),
         recommend: bool = typer.Option(False, "--recommend", help="Add the chunk-budget and placement recommendation "
                                                                   "(`stallscope recommend`) under \"recommendation\"."),
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
