@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from . import cliopts
+from .faults import crash_point
 from rich.console import Console
 from rich.table import Table
 
@@ -64,6 +65,7 @@ def analyze_cmd(
         check_slo(opts.slo)
     store = open_store(paths, db, year, tz)
     with store:
+        crash_point("analyze.start")  # stallscope.faults: where fault tests crash or interrupt an analysis
         result = analyze(store.con, opts)
         if recommend:
             from .recommend import Options as RecOptions, recommend as run_recommend

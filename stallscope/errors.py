@@ -29,6 +29,10 @@ _CAUSES = {
 }
 
 
+# Causes that are the store's file system refusing a write, not anything about an input.
+STORE_CAUSES = frozenset({_CAUSES[k] for k in ("ENOSPC", "EDQUOT", "EFBIG", "EACCES", "EROFS", "EIO")})
+
+
 def os_cause(e: BaseException) -> str:
     """The cause of an OSError (or of a DuckDB error wrapping one) in a few words: "no space left on device"."""
     import errno

@@ -4,6 +4,7 @@ crash are run by the next ingest even though every file is then unchanged."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -42,6 +43,22 @@ def _state(db: Path) -> dict:
     return {"goodput_rps": a["goodput_rps"], "goodput_lost_rps": a["goodput_lost_rps"],
             "interference_gpu_s": a.get("interference_gpu_s"), "spikes": a["spikes"], "sources": sources,
             "derived_steps": steps}
+
+
+def _differ(a, b, where: str = "") -> str | None:
+    """Where two states first differ, or None. Floats compare to 1e-9 relative: DuckDB's parallel sums add in
+    no fixed order, so two clean ingests of the same files differ in the last digits of an overlap."""
+    if isinstance(a, float) and isinstance(b, float):
+        return None if math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) else f"{where}: {a} != {b}"
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return f"{where}: keys {sorted(a)} != {sorted(b)}"
+        return next((d for k in a if (d := _differ(a[k], b[k], f"{where}.{k}"))), None)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return f"{where}: {len(a)} items != {len(b)}"
+        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := _differ(x, y, f"{where}[{i}]"))), None)
+    return None if a == b else f"{where}: {a!r} != {b!r}"
 
 
 def _points(inputs: Path, db: Path) -> list[str]:
@@ -90,12 +107,12 @@ def test_a_crash_between_loading_and_alignment_is_completed_by_the_next_ingest(t
                                                .fetchall()}
     again = _ingest(INCIDENT, db)
     assert again.returncode == 0 and again.stdout.count("unchanged") == 4
-    assert _state(db) == clean
+    assert _differ(_state(db), clean) is None
 
 
 def test_a_crash_inside_a_load_leaves_no_trace_of_it(tmp_path, incident):
     _, clean = incident
-    assert _crash_and_rerun(INCIDENT, tmp_path / "s.duckdb", "ingest.file2.before_commit") == clean
+    assert _differ(_crash_and_rerun(INCIDENT, tmp_path / "s.duckdb", "ingest.file2.before_commit"), clean) is None
 
 
 @pytest.mark.slow
@@ -103,7 +120,7 @@ def test_a_crash_at_every_point_of_one_incident_gives_the_clean_store(tmp_path, 
     points, clean = incident
     for i, point in enumerate(points):
         db = tmp_path / f"s{i}.duckdb"
-        assert _crash_and_rerun(INCIDENT, db, point) == clean, point
+        assert _differ(_crash_and_rerun(INCIDENT, db, point), clean) is None, point
         db.unlink()
 
 
@@ -118,5 +135,5 @@ def test_a_crash_at_17_points_of_the_sample_ingest_gives_the_clean_analysis(tmp_
     assert len(picks) == 17 and points[picks[-1]] == "derive.clock_alignment.committed"
     for n in picks:
         db = tmp_path / f"s{n}.duckdb"
-        assert _crash_and_rerun(SAMPLES, db, str(n + 1)) == clean, points[n]
+        assert _differ(_crash_and_rerun(SAMPLES, db, str(n + 1)), clean) is None, points[n]
         db.unlink()

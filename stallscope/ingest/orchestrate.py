@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import interrupts
-from ..errors import InputError, StallscopeError
+from ..errors import STORE_CAUSES, InputError, StallscopeError, os_cause
 from ..faults import crash_point
 from . import align
 from .memory import arrow_pool, out_of_memory, store_memory
@@ -127,8 +127,13 @@ def duckdb_threads(con, n: int | None):
     con.execute(f"SET threads = {int(n)}")
     try:
         yield
-    finally:
-        con.execute(f"SET threads = {before}")
+    except BaseException:
+        try:
+            con.execute(f"SET threads = {before}")
+        except Exception:  # noqa: BLE001 - never over the error in flight (stallscope.ingest.memory.store_memory)
+            pass
+        raise
+    con.execute(f"SET threads = {before}")
 
 
 def _next_source_id(con) -> int:
@@ -179,6 +184,8 @@ def ingest_one(store, inp: InputFile, parser: Parser, fmt: str, options: Options
         except StallscopeError:
             raise
         except Exception as e:  # a parser bug: the user gets the file and the place, not the exception
+            if store_failure(store, e, path) is not None or out_of_memory(e):
+                raise  # not the file's fault: said as what it is by the caller
             raise InputError(internal_failure(path, parser.name, ctx.place, e)) from e
         c = ctx.counts
         if c.parsed == 0:
@@ -190,7 +197,7 @@ def ingest_one(store, inp: InputFile, parser: Parser, fmt: str, options: Options
             digest = hashing.result()
             sid = _existing(con, digest, path)
             if sid is not None:  # the same bytes under another name, found after the fact
-                con.execute("ROLLBACK")
+                _rollback(con)
                 return IngestResult(path, "unchanged", fmt, parser.name, sid,
                                     message="same content already ingested")
         dt = time.perf_counter() - t0
@@ -206,7 +213,7 @@ def ingest_one(store, inp: InputFile, parser: Parser, fmt: str, options: Options
         crash_point(f"{point}.before_commit")
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        _rollback(con)
         raise
     return IngestResult(path, "replaced" if old else "ingested", fmt, parser.name, source_id, c.parsed, c.skipped,
                         c.rejected, getattr(ctx, "raw_bytes", inp.size), dt, notes=ctx.notes)
@@ -256,7 +263,7 @@ def ingest_paths(store, paths: list[Path], *, options: Options | None = None,
     with store_memory(store.con) as mem:  # DuckDB's memory stops growing with the file (stallscope.ingest.memory)
         _load_all(store, planned, options, on_file, on_result, results, mem)
     crash_point("ingest.loaded")
-    notes = run_pending_steps(store.con)
+    notes = run_pending_steps(store)
     return IngestReport(results, notes)
 
 
@@ -285,6 +292,9 @@ def _load_all(store, planned, options, on_file, on_result, results: list[IngestR
         except Exception as e:  # a parser bug must not take the other files down, nor print a traceback
             if interrupts.requested():  # Ctrl-C interrupted its queries: not the file's fault, and the end
                 raise KeyboardInterrupt from None
+            fatal = store_failure(store, e, str(inp.path))
+            if fatal is not None:  # every later file would fail the same way: the ingest ends here
+                raise fatal from None
             r = IngestResult(str(inp.path), "failed", fmt, parser.name,
                              message=internal_failure(str(inp.path), parser.name, "loading it into the store", e))
         crash_point(f"{point}.done")
@@ -310,9 +320,10 @@ def mark_pending(con, step: str, source_id: int) -> None:
                 [step, ids, time.time_ns()])
 
 
-def run_pending_steps(con) -> list[str]:
+def run_pending_steps(store) -> list[str]:
     """Run every pending derived step, each in one transaction with its `done` mark; a step that fails stays
     pending (the next ingest tries it again) and becomes a note: the files themselves are in."""
+    con = store.con
     notes: list[str] = []
     pending = [r[0] for r in con.execute(
         "SELECT step FROM derived_steps WHERE state = 'pending' ORDER BY step").fetchall()]
@@ -327,20 +338,25 @@ def run_pending_steps(con) -> list[str]:
                            WHERE step = ?""", [time.time_ns(), step])
             con.execute("COMMIT")
         except StallscopeError as e:
-            con.execute("ROLLBACK")
+            _rollback(con)
             notes.append(f"{step.replace('_', ' ')}: {_one_line(e)}")
             continue
         except Exception as e:  # best effort: the files themselves are in, the step runs again next time
-            con.execute("ROLLBACK")
+            _rollback(con)
             if interrupts.requested():
                 raise KeyboardInterrupt from None
+            fatal = store_failure(store, e)
+            if fatal is not None:
+                raise fatal from None
             if out_of_memory(e) or isinstance(e, MemoryError):
-                raise
+                notes.append(f"{step.replace('_', ' ')}: out of memory; the files themselves are in, and the next "
+                             "ingest tries it again")
+                continue
             notes.append(f"{step.replace('_', ' ')} skipped after an internal error; the files themselves are in, "
                          f"and the next ingest tries it again{_debug_detail(e)}")
             continue
         except BaseException:
-            con.execute("ROLLBACK")
+            _rollback(con)
             raise
         crash_point(f"derive.{step}.committed")
         notes += step_notes
@@ -362,10 +378,37 @@ def _with_crash_point(progress, name: str):
     return wrapped
 
 
+def _rollback(con) -> None:
+    """Roll the open transaction back without masking the error that got us here: after a failed COMMIT (disk
+    full) DuckDB has no transaction left, or refuses every statement once the database is invalidated."""
+    try:
+        con.execute("ROLLBACK")
+    except Exception:  # noqa: BLE001 - the original error is the one the user must see
+        pass
+
+
+def store_failure(store, e: BaseException, path: str | None = None) -> StallscopeError | None:
+    """The one-line error when `e` (or an error under it) is the store's file system refusing a write (disk full,
+    file size limit, read-only file system, permission) rather than anything about the input: the store file and
+    the cause, and that the store keeps what it had (the source's transaction is rolled back)."""
+    import duckdb
+
+    seen = 0
+    while e is not None and seen < 20:
+        if isinstance(e, (OSError, duckdb.IOException, duckdb.FatalException, duckdb.TransactionException)):
+            cause = os_cause(e)
+            if cause in STORE_CAUSES:
+                about = f" while loading {path}" if path else ""
+                return StallscopeError(f"cannot write the store {store.path}: {cause}{about}; the store keeps "
+                                       f"what it held before")
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None
+
+
 def internal_failure(path: str, parser: str, place: str, e: BaseException) -> str:
     """The one line a user sees for an unexpected failure: the file and the place in it, not the exception."""
-    if isinstance(e, MemoryError):
-        return f"{path}: not enough memory while {place}"
+    if isinstance(e, MemoryError) or out_of_memory(e):
+        return f"{path}: out of memory while {place}"
     return (f"{path}: {parser} could not read this file: internal error while {place}; please report it"
             f"{_debug_detail(e)}")
 

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from .. import cliopts
+from ..faults import crash_point
 
 export_app = typer.Typer(add_completion=False, no_args_is_help=True,
                          help="Export the store for other tools (Perfetto / chrome://tracing).")
@@ -63,6 +64,7 @@ def report_cmd(
 
             result["recommendation"] = run_recommend(store.con, RecOptions(slo=opts.slo, attainment=attainment,
                                                                           prepared=True))
+        crash_point("report.build")  # stallscope.faults: where fault tests crash or interrupt a report
         rep = build(store, result, out, include_prompts=include_prompts, top=top)
     summary(rep)
 
