@@ -160,17 +160,24 @@ def sql(query: str = typer.Argument(..., help="A SQL query over the store."), db
     if format == OutFormat.parquet:
         if out_file is None:
             raise StallscopeError("--format parquet needs --out FILE")
-        df.write_parquet(out_file)
+        from .outputs import atomic_file
+
+        with atomic_file(out_file) as part:  # the old file or the whole new one (stallscope.outputs)
+            df.write_parquet(part)
         return
     if format == OutFormat.table:
         if out_file:
-            out_file.write_text(str(df))
+            from .outputs import write_text
+
+            write_text(out_file, str(df))
         else:
             _print_df(df, None)
         return
     text = df.write_csv() if format == OutFormat.csv else df.write_json()
     if out_file:
-        out_file.write_text(text)
+        from .outputs import write_text
+
+        write_text(out_file, text)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
