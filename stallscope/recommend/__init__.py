@@ -20,7 +20,7 @@ ENGINE_POLICY_NAMES = {"chunked": "chunked", "v0": "prefill_first", "sglang": "s
 # but no KV read (unless a benchmark file is aligned), no prefill attention work, and the host time between
 # steps is inferred from the 1-s stamps: the replay's coefficient draws do not see those gaps, so each side of
 # the band is stretched by half again.
-EVIDENCE_BAND = {"trace": 1.0, "iteration_log": 1.5}
+EVIDENCE_BAND = {"trace": 1.0, "iteration_log": 1.5, "client_stream": 1.5}
 
 
 @dataclass
@@ -80,10 +80,20 @@ def recommend(con, opts: Options) -> dict:
                            "decode lines only every 40 iterations), not step durations; add a profiler trace "
                            "(SGLang step markers) of the same load")
         else:
-            missing.append("engine steps: the store has no profiler trace and no vLLM iteration lines (no per-step "
-                           "durations and batch composition); serve with vLLM >= 0.11 and "
-                           "--enable-logging-iteration-details, or capture a trace with torch.profiler around the "
-                           "engine's execute_model (vLLM VLLM_TORCH_PROFILER_DIR) while serving the same load")
+            obs, info, why = _client_stream_steps(con, eng)
+            if why is None:
+                try:
+                    model = fit(obs, seed=opts.seed)
+                    info["residual_mape"] = model.mape
+                except FitError as e:
+                    missing.append(f"enough steps read from the client token stream: {e}")
+            else:
+                missing.append("engine steps: the store has no profiler trace and no vLLM iteration lines (no "
+                               "per-step durations and batch composition)" + (f", and the benchmark's token stream "
+                               f"cannot serve instead: {why}" if why else "") + "; serve with vLLM >= 0.11 and "
+                               "--enable-logging-iteration-details, or capture a trace with torch.profiler around "
+                               "the engine's execute_model (vLLM VLLM_TORCH_PROFILER_DIR) while serving the same "
+                               "load")
     elif len(obs) == 0:
         missing.append(f"per-step batch composition: the {n_steps} traced steps carry no prefill/decode token "
                        "counts (vLLM execute_context_N(T)_generation_M(G) annotations, SGLang step markers); "
@@ -102,6 +112,8 @@ def recommend(con, opts: Options) -> dict:
     if model is not None:
         out["model"] = _model_dict(model, info)
         out["evidence"], out["evidence_steps"] = info.get("evidence"), model.steps_used
+        if info.get("evidence") == "client_stream":
+            out["evidence_quality"] = _stream_quality(info, model)
     if missing:
         out["missing_evidence"] = missing
         return _clean(out)
@@ -204,7 +216,7 @@ def recommend(con, opts: Options) -> dict:
         "predicted_p99_itl_ms": best.p99_itl_ms, "predicted_mean_tpot_ms": best.mean_tpot_ms,
         "predicted_p90_ttft_ms": best.p90_ttft_ms,
         "goodput_rps": best.goodput_rps,
-        "goodput_band_rps": _band(best.goodput_rps, best.lo, best.hi, EVIDENCE_BAND.get(out["evidence"], 1.0)),
+        "goodput_band_rps": _band(best.goodput_rps, best.lo, best.hi, _widen(out)),
         "attainment": best.attainment, "meets_attainment": meets, "load_for_target_rps": load_for_target,
         "ttft_cost_ms": cf_row.get("ttft_ms"),
         "placement": place, "prefill_decode_split": list(dis.split) if (place and dis) else None,
@@ -244,6 +256,38 @@ def _missing_workload(con) -> str:
                 "them here: add the benchmark file of the same run (vllm bench serve --save-result --save-detailed)")
     return ("the workload: no requests with arrival times and prompt lengths (a benchmark file from vllm bench serve "
             "--save-result --save-detailed, or a server log with request lines)")
+
+
+def _client_stream_steps(con, eng):
+    """(observations, facts, None) from the benchmark's token stream, or (None, {}, why not); why is "" when the
+    store has no token stream at all."""
+    from . import client_stream
+
+    if not client_stream.has_stream(con):
+        return None, {}, ""
+    return client_stream.step_observations(con, eng)
+
+
+def _stream_quality(info: dict, model) -> dict:
+    """How well the client token stream read as steps: the recommendation's `evidence_quality`."""
+    q = {"steps_read": info["steps_read"], "unambiguous_share": info["unambiguous_share"],
+         "prefill_placement_exact_share": info["prefill_placement_exact_share"],
+         "residual_mape": model.mape, "budget_used": info["budget_used"]}
+    if "budget_assumed" in info:
+        q["budget_assumed"] = info["budget_assumed"]
+    return q
+
+
+def _widen(out: dict) -> float:
+    """The band's stretch for the evidence used. For the client stream it grows as fewer clusters read as single
+    steps and as the fit's held-out error grows: x1.5 (as for iteration lines: no host gap, no attention work of
+    its own) times (2 - unambiguous share) times (1 + MAPE)."""
+    ev = out.get("evidence")
+    if ev == "client_stream":
+        q = out.get("evidence_quality") or {}
+        return EVIDENCE_BAND[ev] * (2 - float(q.get("unambiguous_share") or 0)) * (1 + float(q.get("residual_mape")
+                                                                                             or 0))
+    return EVIDENCE_BAND.get(ev, 1.0)
 
 
 def _band(point: float, lo: float, hi: float, widen: float) -> list[float]:
