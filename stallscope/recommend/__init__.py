@@ -104,8 +104,15 @@ def recommend(con, opts: Options) -> dict:
         except FitError as e:
             missing.append(f"enough composed steps: {e}")
     wl_obs = observe.workload(con)
+    why_wl = None
+    if wl_obs is None and n_iter:
+        from .log_workload import from_iteration_lines
+
+        wl_obs, basis, why_wl = from_iteration_lines(con, eng.budget)
+        if basis:
+            out["workload_basis"] = basis
     if wl_obs is None:
-        missing.append(_missing_workload(con))
+        missing.append(_missing_workload(con, why_wl))
     elif wl_obs.missing_output:
         missing.append(f"output lengths of {wl_obs.missing_output} of {len(wl_obs.arrival_ns)} requests (the server "
                        "log does not print them): add the benchmark file of the same run")
@@ -245,15 +252,16 @@ def recommend(con, opts: Options) -> dict:
     return _clean(out)
 
 
-def _missing_workload(con) -> str:
+def _missing_workload(con, why_not_rebuilt: str | None = None) -> str:
     """Why the store gives no workload to replay, in the words of what it does hold."""
     n_blind = con.execute("""SELECT count(*) FROM requests WHERE kind = 'server' AND arrival_ns IS NOT NULL
                              AND prompt_tokens IS NULL""").fetchall()[0][0]
     if n_blind:
         return (f"the workload's prompt lengths: the server log's {n_blind} request lines carry no prompt (vLLM >= "
-                "0.10 prints it only at DEBUG) and the store has no benchmark file; vLLM's iteration lines give each "
-                "step's context tokens but not how they split over requests, so the prompts are not rebuilt from "
-                "them here: add the benchmark file of the same run (vllm bench serve --save-result --save-detailed)")
+                "0.10 prints it only at DEBUG) and the store has no benchmark file"
+                + (f"; the prompts cannot be rebuilt from vLLM's iteration lines: {why_not_rebuilt}" if why_not_rebuilt
+                   else "") + ": add the benchmark file of the same run (vllm bench serve --save-result "
+                "--save-detailed), or serve with --enable-logging-iteration-details")
     return ("the workload: no requests with arrival times and prompt lengths (a benchmark file from vllm bench serve "
             "--save-result --save-detailed, or a server log with request lines)")
 
