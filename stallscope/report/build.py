@@ -183,7 +183,10 @@ def _hurt(con, a: dict, b: list, top: int) -> None:
 
 _EVIDENCE_WORDS = {"trace": "the profiler trace's steps",
                    "iteration_log": "vLLM's per-step Iteration log lines (no profiler trace; goodput band widened "
-                                    "x1.5)"}
+                                    "x1.5)",
+                   "client_stream": "the benchmark's token stream (steps rebuilt from the chunk arrivals of "
+                                    "concurrent requests; no profiler trace or Iteration lines; goodput band widened "
+                                    "by the evidence's quality)"}
 
 
 def _recommendation(a: dict, b: list, img: dict) -> None:
