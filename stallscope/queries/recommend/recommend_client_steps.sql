@@ -73,7 +73,7 @@ j AS (
                AS step_ms
     FROM s ASOF LEFT JOIN run ON s.source_id = run.source_id AND s.run_line = run.run_line
                                  AND s.step_index >= run.k)
-SELECT source_id, run_line, step_index, end_ns, spread_ms, step_ms, first_tokens, decode_seqs, continuing, running,
+SELECT source_id, run_line, CAST(step_index AS BIGINT) AS step_index, end_ns, spread_ms, step_ms, first_tokens, decode_seqs, continuing, running,
        repeated, kv_tokens_read,
        step_ms IS NOT NULL AND continuing > 0 AND continuing = decode_seqs AND decode_seqs = running
            AND repeated = 0 AS unambiguous
