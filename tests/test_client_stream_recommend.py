@@ -144,3 +144,34 @@ def test_the_real_pipeline_parallel_pair_exits_0_with_the_precise_reason(tmp_pat
     assert rec["chunk_tokens"] is None
     why = " ".join(rec["missing_evidence"])
     assert "pipeline_parallel_size=2" in why and "micro-batch" in why
+
+
+def test_prefill_waits_for_a_free_running_slot():
+    """At max_num_seqs the scheduler admits a prompt only when a running request leaves: the FCFS budget queue
+    alone runs ahead of the engine; with the slots counted from the requests' finish times it lands every chunk."""
+    from stallscope import sqlviews
+
+    run = execute(RunSpec(duration_s=30, rate=10, prompt_len="512:0.5", output_len="128:0.4", seed=4, budget=2048,
+                          max_num_seqs=32))
+    assert run.sim.n_decode.max() == 32 and np.mean(run.sim.n_waiting > 0) > 0.5
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        files = artifacts.write_all(run, Path(d), only=("vllm", "bench"))
+        s = stallscope.open(":memory:")
+        s.ingest([files["vllm"], files["bench"]])
+    sqlviews.install(s.con, report=False, **parse_slo("itl=80ms").__dict__)
+    st, rq = client_stream.load(s.con)
+    true_end = run.wall(run.sim.end_ns)
+    lag = st["end_ns"][-1] - true_end[-1]      # the last step hands out the last token
+    k = np.searchsorted(true_end, st["end_ns"] - lag + 1_000_000) - 1
+    unamb = np.asarray(st["unambiguous"], bool)
+    prompt = np.asarray(rq["prompt_tokens"], np.int64)
+    args = (st["end_ns"], st["decode_seqs"], st["continuing"], rq["arrival_ns"], rq["first_token_ns"], prompt,
+            np.zeros_like(prompt), 2048)
+    match = {}
+    for capped, extra in ((False, ()), (True, (rq["finish_ns"], 32))):
+        prefill, _, exact = client_stream.place_prefill(*args, *extra)
+        match[capped] = (float(np.mean(prefill[unamb] == run.sim.prefill_tokens[k][unamb])), exact)
+    assert match[True][0] > 0.99 and match[True][1] > 0.99, match
+    assert match[False][0] < 0.9, match

@@ -80,16 +80,16 @@ def load(con, run: tuple[int, int] | None = None) -> tuple[dict, dict]:
         cached = "coalesce((SELECT any_value(c.cached_tokens) FROM request_cached_tokens c WHERE " \
                  "c.source_id = r.source_id AND c.request_id = r.request_id), 0)"
     try:
-        rq = con.execute(f"""SELECT r.arrival_ns, r.first_token_ns, r.prompt_tokens, {cached} AS cached_tokens
+        rq = con.execute(f"""SELECT r.arrival_ns, r.first_token_ns, r.finish_ns, r.prompt_tokens, {cached} AS cached_tokens
                              FROM requests r WHERE r.kind = 'client' AND r.source_id = ? AND r.line_no = ?
                              AND coalesce(r.status, 'ok') = 'ok' AND r.first_token_ns IS NOT NULL
-                             AND r.arrival_ns IS NOT NULL AND r.prompt_tokens > 0
+                             AND r.arrival_ns IS NOT NULL AND r.finish_ns IS NOT NULL AND r.prompt_tokens > 0
                              ORDER BY r.arrival_ns, r.request_index""", list(run)).fetchnumpy()
     except Exception:   # request_cached_tokens needs steps it may not have: no cache inferred
-        rq = con.execute("""SELECT r.arrival_ns, r.first_token_ns, r.prompt_tokens, 0 AS cached_tokens
+        rq = con.execute("""SELECT r.arrival_ns, r.first_token_ns, r.finish_ns, r.prompt_tokens, 0 AS cached_tokens
                             FROM requests r WHERE r.kind = 'client' AND r.source_id = ? AND r.line_no = ?
                             AND coalesce(r.status, 'ok') = 'ok' AND r.first_token_ns IS NOT NULL
-                            AND r.arrival_ns IS NOT NULL AND r.prompt_tokens > 0
+                            AND r.arrival_ns IS NOT NULL AND r.finish_ns IS NOT NULL AND r.prompt_tokens > 0
                             ORDER BY r.arrival_ns, r.request_index""", list(run)).fetchnumpy()
     return st, rq
 
@@ -98,9 +98,13 @@ def _filled(a, fill=0.0) -> np.ndarray:
     return np.asarray(np.ma.filled(a, fill) if np.ma.isMaskedArray(a) else a, dtype=float)
 
 
-def place_prefill(end_ns, decode_seqs, continuing, arrival_ns, first_token_ns, computed, cached, budget: int):
+def place_prefill(end_ns, decode_seqs, continuing, arrival_ns, first_token_ns, computed, cached, budget: int,
+                  finish_ns=None, max_num_seqs: int | None = None):
     """Prefill tokens and attention units Σ c·(k + c/2) per cluster, and the share of requests whose last chunk the
-    FIFO queue alone puts in the step their first token ended (before the first-token bounds are applied)."""
+    FIFO queue alone puts in the step their first token ended (before the first-token bounds are applied).
+
+    With `finish_ns` and `max_num_seqs`, a prompt becomes available to the queue only once a running slot is free:
+    before step k at most (requests finished before it) + max_num_seqs requests were admitted, in FCFS order."""
     K = len(end_ns)
     end_ns = np.asarray(end_ns, dtype=np.int64)
     P = np.asarray(computed, dtype=np.int64)
@@ -111,6 +115,10 @@ def place_prefill(end_ns, decode_seqs, continuing, arrival_ns, first_token_ns, c
     # Prompts that arrived before step k started (the previous step's end).
     start = np.concatenate([[np.iinfo(np.int64).min], end_ns[:-1]])
     A = np.concatenate([[0], D])[np.searchsorted(np.asarray(arrival_ns, np.int64), start, side="left")]
+    if finish_ns is not None and max_num_seqs:
+        left = np.sort(np.asarray(finish_ns, np.int64))
+        admitted = np.minimum(np.searchsorted(left, start, side="right") + int(max_num_seqs), len(D))
+        A = np.minimum(A, np.concatenate([[0], D])[admitted])
     R = np.cumsum(room)
     Q = R + np.minimum.accumulate(A - R)
     exact = float(np.mean(np.searchsorted(Q, D, side="left") == f)) if len(D) else 0.0
@@ -168,7 +176,7 @@ def step_observations(con, eng) -> tuple[Observations | None, dict, str | None]:
     cached = np.minimum(np.asarray(_filled(rq["cached_tokens"]), np.int64), prompt - 1)
     dec = np.asarray(st["decode_seqs"], np.int64)
     prefill, attn, exact = place_prefill(st["end_ns"], dec, st["continuing"], rq["arrival_ns"], rq["first_token_ns"],
-                                         prompt - cached, cached, budget)
+                                         prompt - cached, cached, budget, rq["finish_ns"], eng.max_num_seqs)
     info.update(prefill_placement_exact_share=exact, budget_used=int(budget), evidence="client_stream",
                 host_gap_ms=(0.0, 0.0), kv_basis={"client_tokens": int(unamb.sum())},
                 composition_basis={"client_stream": int(unamb.sum())}, cached_requests=int((cached > 0).sum()))
