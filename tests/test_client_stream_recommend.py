@@ -175,3 +175,31 @@ def test_prefill_waits_for_a_free_running_slot():
         match[capped] = (float(np.mean(prefill[unamb] == run.sim.prefill_tokens[k][unamb])), exact)
     assert match[True][0] > 0.99 and match[True][1] > 0.99, match
     assert match[False][0] < 0.9, match
+
+
+@pytest.fixture(scope="module")
+def v0_incident(tmp_path_factory):
+    run = execute(RunSpec(**{**SPEC, "policy": "v0"}))
+    files = artifacts.write_all(run, tmp_path_factory.mktemp("stream_v0"), only=("vllm", "bench"))
+    s = stallscope.open(":memory:")
+    s.ingest([files["vllm"], files["bench"]])
+    return run, s
+
+
+@pytest.mark.parametrize("text", ["ttft=5s,itl=80ms", "ttft=400ms,itl=1s"])
+def test_prefill_first_v0_steps_from_the_token_stream(v0_incident, text):
+    """vLLM V0 without chunking: prefill-only steps show as clusters of first tokens while the decodes wait; their
+    prompts are their tokens exactly. The answer is in V0's flags and holds on the true engine."""
+    run, s = v0_incident
+    slo = parse_slo(text)
+    rec = recommend(s.con, Options(slo=slo, replays=1))
+    assert rec["evidence"] == "client_stream" and rec["policy_observed"] == "prefill_first", rec["missing_evidence"]
+    assert rec["evidence_quality"]["prefill_placement_exact_share"] == 1.0
+    assert rec["setting"].startswith("--enable-chunked-prefill --max-num-batched-tokens ")
+    sem = replay.Semantics("chunked", max_num_seqs=run.spec.max_num_seqs,
+                           kv_cache_tokens=run.sim.config.kv_capacity(run.preset), unchunked_policy="v0")
+    true = {x.chunk_tokens: x.goodput_rps for x in replay.sweep(
+        [run.preset], sem, run.workload, {k: v for k, v in slo.as_dict().items() if k in ("ttft_ms", "itl_ms")},
+        replay.grid(sem, run.workload), seed=5)}
+    best = max(true, key=true.get)
+    assert true[rec["chunk_tokens"]] >= 0.9 * true[best], (text, rec["chunk_tokens"], true)

@@ -154,14 +154,20 @@ def step_observations(con, eng) -> tuple[Observations | None, dict, str | None]:
     why = unreadable(con, eng)
     if why:
         return None, {}, why
-    if eng.policy != "chunked":
+    if eng.policy not in ("chunked", "v0"):
         return None, {}, (f"the engine runs {eng.policy!r} scheduling: the client stream's prefill placement follows "
-                          "vLLM's chunked scheduler (decodes first, then prompts first come first served within "
-                          "the token budget) only")
+                          "vLLM's schedulers only (chunked: decodes first, then prompts first come first served "
+                          "within the token budget; V0 prefill-first: whole prompts in prefill-only steps)")
     st, rq = load(con)
     if not st or not len(st["end_ns"]):
         return None, {}, "the benchmark file has no per-chunk arrival times (vllm bench serve --save-detailed)"
-    unamb = np.asarray(st["unambiguous"], bool)
+    prompt = np.asarray(rq["prompt_tokens"], np.int64)
+    cached = np.minimum(np.asarray(_filled(rq["cached_tokens"]), np.int64), prompt - 1)
+    if eng.policy == "v0":
+        prefill_first = _prefill_first(st, rq, prompt - cached, cached)
+        unamb = prefill_first[3]
+    else:
+        unamb = np.asarray(st["unambiguous"], bool)
     share = float(unamb.mean())
     info: dict = {"steps_read": int(len(unamb)), "unambiguous_share": share}
     if share < MIN_UNAMBIGUOUS:
@@ -172,16 +178,38 @@ def step_observations(con, eng) -> tuple[Observations | None, dict, str | None]:
     budget = eng.budget or DEFAULT_BUDGET
     if not eng.budget:
         info["budget_assumed"] = budget
-    prompt = np.asarray(rq["prompt_tokens"], np.int64)
-    cached = np.minimum(np.asarray(_filled(rq["cached_tokens"]), np.int64), prompt - 1)
     dec = np.asarray(st["decode_seqs"], np.int64)
-    prefill, attn, exact = place_prefill(st["end_ns"], dec, st["continuing"], rq["arrival_ns"], rq["first_token_ns"],
-                                         prompt - cached, cached, budget, rq["finish_ns"], eng.max_num_seqs)
+    if eng.policy == "v0":
+        prefill, attn, exact, m = prefill_first
+    else:
+        prefill, attn, exact = place_prefill(st["end_ns"], dec, st["continuing"], rq["arrival_ns"],
+                                             rq["first_token_ns"], prompt - cached, cached, budget, rq["finish_ns"],
+                                             eng.max_num_seqs)
+        m = unamb
     info.update(prefill_placement_exact_share=exact, budget_used=int(budget), evidence="client_stream",
-                host_gap_ms=(0.0, 0.0), kv_basis={"client_tokens": int(unamb.sum())},
-                composition_basis={"client_stream": int(unamb.sum())}, cached_requests=int((cached > 0).sum()))
-    m = unamb
+                host_gap_ms=(0.0, 0.0), kv_basis={"client_tokens": int(m.sum())},
+                composition_basis={"client_stream": int(m.sum())}, cached_requests=int((cached > 0).sum()))
     obs = Observations(step_ms=_filled(st["step_ms"], np.nan)[m], decode_seqs=dec[m].astype(float),
                        tokens=(prefill + dec)[m].astype(float), kv_read=_filled(st["kv_tokens_read"], 0.0)[m],
                        attn_units=attn[m], has_prefill=prefill[m] > 0, notes={})
     return obs, info, None
+
+
+def _prefill_first(st: dict, rq: dict, computed, cached):
+    """vLLM V0 without chunking runs whole prompts in prefill-only steps that hand each its first token while the
+    running decodes wait: a cluster of first tokens and no decodes is such a step, with those prompts as its tokens
+    (exact), and when decodes were running across it the engine was busy, so its time since the previous cluster is
+    one step. Decode clusters are read as in the view, without first tokens (a mixed cluster would be two steps).
+    Returns (prefill, attention units, share of first tokens that arrived in decode-free clusters, steps to fit)."""
+    K = len(st["end_ns"])
+    f = np.clip(np.searchsorted(np.asarray(st["end_ns"], np.int64), np.asarray(rq["first_token_ns"], np.int64),
+                                side="left"), 0, K - 1)
+    P = np.asarray(computed, np.int64)
+    prefill = np.bincount(f, weights=P, minlength=K).astype(np.int64)
+    attn = np.bincount(f, weights=cached * P + P.astype(float) ** 2 / 2, minlength=K)
+    dec, first = np.asarray(st["decode_seqs"], np.int64), np.asarray(st["first_tokens"], np.int64)
+    ok_ms = np.isfinite(_filled(st["step_ms"], np.nan))
+    pf = (first > 0) & (dec == 0) & (np.asarray(st["running"]) > 0) & (np.asarray(st["repeated"]) == 0) & ok_ms
+    use = pf | (np.asarray(st["unambiguous"], bool) & (first == 0))
+    exact = float(np.mean(dec[f] == 0)) if len(f) else 0.0
+    return prefill, attn, exact, use
