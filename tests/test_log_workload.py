@@ -67,7 +67,12 @@ def test_prompts_rebuilt_from_the_iteration_lines_match_the_truth(incident):
     # store's clock is shifted from the simulator's by whole seconds).
     true_arr = run.wall(run.workload.arrival_ns)
     shift = np.round((wl.arrival_ns[0] - true_arr[0]) / 1e9) * 1e9
-    assert (np.abs(wl.arrival_ns - true_arr - shift) < 1e9).all() and (np.diff(wl.arrival_ns) >= 0).all()
+    err = np.abs(wl.arrival_ns - true_arr - shift)
+    assert (err < 1e9).all() and (np.diff(wl.arrival_ns) >= 0).all()
+    # The step that ran each first chunk narrows the second: half the error of spreading through it (77 vs 164 ms).
+    stamps = s.sql("SELECT arrival_ns FROM requests WHERE kind = 'server' ORDER BY arrival_ns, request_index")
+    spread = log_workload._arrivals(stamps.to_numpy()[:, 0].astype(np.int64))
+    assert err.mean() < 0.6 * np.abs(spread - true_arr - shift).mean()
 
 
 def test_split_context_follows_the_fcfs_budget():

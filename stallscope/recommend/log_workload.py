@@ -34,8 +34,9 @@ def _sequence(con):
         USING (source_id, sequence) WHERE NOT coalesce(e.dummy, false) ORDER BY e.line_no""").fetchnumpy()
 
 
-def split_context(ctx_reqs, ctx_tokens, gen_tokens, budget: int, n_requests: int):
-    """(prompt length per request in admission order, exact flag per request, requests the steps completed)."""
+def split_context(ctx_reqs, ctx_tokens, gen_tokens, budget: int, n_requests: int, with_steps: bool = False):
+    """(prompt length per request in admission order, exact flag per request, requests the steps completed); with
+    `with_steps` also (each request's first context step, -1 for none; whether each step used the whole budget)."""
     n = np.asarray(ctx_reqs, np.int64)
     c = np.asarray(ctx_tokens, np.int64)
     cut = ((c + np.asarray(gen_tokens, np.int64)) >= budget) & (n > 0)
@@ -47,7 +48,12 @@ def split_context(ctx_reqs, ctx_tokens, gen_tokens, budget: int, n_requests: int
     m = max(n_requests, int(slot_req.max()) + 1 if len(slot_req) else 0)
     prompt = np.bincount(slot_req, weights=slot_tok, minlength=m)
     exact = np.bincount(slot_req, weights=slot_shared, minlength=m) == 0
-    return prompt, exact, int(done.sum())
+    if not with_steps:
+        return prompt, exact, int(done.sum())
+    first = np.full(m, -1, np.int64)
+    req, at = np.unique(slot_req, return_index=True)
+    first[req] = np.repeat(np.arange(len(n)), n)[at]
+    return prompt, exact, int(done.sum()), first, cut
 
 
 def from_iteration_lines(con, budget: int | None) -> tuple[WorkloadObs | None, dict, str | None]:
@@ -66,17 +72,19 @@ def from_iteration_lines(con, budget: int | None) -> tuple[WorkloadObs | None, d
     if not budget:
         return None, {}, ("the token budget (max_num_batched_tokens) is not in the log, so the steps whose prompts "
                           "were cut by it cannot be told from those that completed")
-    prompt, exact, done = split_context(st["ctx_reqs"], st["ctx_tokens"], st["gen_tokens"], budget, N)
+    prompt, exact, done, first, cut = split_context(st["ctx_reqs"], st["ctx_tokens"], st["gen_tokens"], budget, N,
+                                                    with_steps=True)
     notes = []
     if done != N:
         notes.append(f"the Iteration lines complete {done} prefills for {N} request lines: the prompts are assigned "
                      "in arrival order up to the shorter of the two")
     k = min(N, len(prompt))
     prompt = np.rint(prompt[:k]).astype(np.int64)
-    arrival = _arrivals(np.asarray(rq["arrival_ns"], np.int64)[:k])
+    arrival = _arrivals(np.asarray(rq["arrival_ns"], np.int64)[:k], first[:k], cut,
+                        np.asarray(st["start_ns"], np.int64))
     mt = np.asarray(np.ma.filled(rq["max_tokens"], 0), np.int64)[:k]
     generated = int(np.asarray(st["gen_tokens"], np.int64).sum()) + done
-    basis = {"arrivals": "request lines (1-s stamps, spread evenly within each second)",
+    basis = {"arrivals": "request lines (1-s stamps), placed before the step that ran their first chunk",
              "prompt_lengths": "Iteration lines, FCFS within the token budget",
              "prompt_lengths_exact_share": float(exact[:k].mean()) if k else 0.0,
              "output_lengths": None, "requests": k}
@@ -92,7 +100,8 @@ def from_iteration_lines(con, budget: int | None) -> tuple[WorkloadObs | None, d
                                    "proportion to max_tokens" if scale else
                                    "the Iteration lines' generated-token total, spread evenly")
     ok = prompt > 0
-    notes.append(f"workload from the server log alone ({k} requests): arrivals from the request lines' 1-s stamps; "
+    notes.append(f"workload from the server log alone ({k} requests): arrivals from the request lines' 1-s stamps, "
+                 f"narrowed by the step that ran each first chunk; "
                  f"prompt lengths inferred from the Iteration lines' context tokens in FCFS admission order "
                  f"({basis['prompt_lengths_exact_share']:.0%} exact, the rest share a step with other prompts and "
                  f"are split evenly); output lengths from {basis['output_lengths']}")
@@ -100,11 +109,28 @@ def from_iteration_lines(con, budget: int | None) -> tuple[WorkloadObs | None, d
     return wl, basis, None
 
 
-def _arrivals(stamp_ns: np.ndarray) -> np.ndarray:
-    """Arrivals stamped to the second, spread evenly inside their second in log order (a burst of one second would
-    otherwise reach the replay as a single instant)."""
+def _arrivals(stamp_ns: np.ndarray, first_step=None, cut=None, step_start=None) -> np.ndarray:
+    """Arrivals stamped to the second, placed inside their second. A request's first prefill chunk ran in step
+    `first_step`, so it arrived before that step started; and when the step before did not use the whole budget,
+    the scheduler had room for it there, so it arrived after that step started. The midpoint of what remains of the
+    second is taken; without such bounds (or when they contradict the stamp) requests stamped in the same second are
+    spread evenly through it in log order (a burst of one second would otherwise reach the replay as one instant)."""
     if not len(stamp_ns):
         return stamp_ns
-    _, first, counts = np.unique(stamp_ns, return_index=True, return_counts=True)
-    rank = np.arange(len(stamp_ns)) - np.repeat(first, counts)
-    return stamp_ns + ((rank + 0.5) / np.repeat(counts, counts) * 1e9).astype(np.int64)
+    _, at, counts = np.unique(stamp_ns, return_index=True, return_counts=True)
+    rank = np.arange(len(stamp_ns)) - np.repeat(at, counts)
+    spread = stamp_ns + ((rank + 0.5) / np.repeat(counts, counts) * 1e9).astype(np.int64)
+    if first_step is None or step_start is None or not len(step_start):
+        return spread
+    f = np.asarray(first_step, np.int64)
+    has = f >= 0
+    lo, hi = stamp_ns.copy(), stamp_ns + 1_000_000_000
+    fk = np.clip(f, 0, len(step_start) - 1)
+    hi = np.where(has, np.minimum(hi, step_start[fk]), hi)
+    prev = np.clip(fk - 1, 0, len(step_start) - 1)
+    room_before = has & (f > 0) & ~np.asarray(cut, bool)[prev]
+    lo = np.where(room_before, np.maximum(lo, step_start[prev]), lo)
+    bounded = lo <= hi
+    out = np.where(bounded, (lo + hi) // 2, spread)
+    # Keep the log's order (FCFS admission follows it).
+    return np.maximum.accumulate(out)
