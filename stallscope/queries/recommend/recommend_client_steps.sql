@@ -46,11 +46,13 @@ c AS (
                   OVER (PARTITION BY source_id, run_line ORDER BY ts, request_id, chunk ROWS UNBOUNDED PRECEDING) - 1
                   AS step_index
     FROM o),
+-- One window per request (its chunks in order): the previous and next chunk's cluster, and its last cluster.
 p AS (
-    SELECT *, lag(step_index) OVER (PARTITION BY source_id, request_id ORDER BY chunk) AS prev_step,
-           max(step_index) OVER (PARTITION BY source_id, request_id) AS last_step,
-           count(*) OVER (PARTITION BY source_id, request_id, step_index) AS same
-    FROM c),
+    SELECT *, lag(step_index) OVER r AS prev_step,
+           last_value(step_index) OVER (r ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS last_step,
+           CASE WHEN lag(step_index) OVER r = step_index OR lead(step_index) OVER r = step_index THEN 2 ELSE 1 END
+               AS same
+    FROM c WINDOW r AS (PARTITION BY source_id, request_id ORDER BY chunk)),
 s AS (
     SELECT source_id, run_line, step_index, max(ts) AS end_ns, (max(ts) - min(ts)) / 1e6 AS spread_ms,
            count(*) FILTER (WHERE chunk = 0) AS first_tokens,
