@@ -128,6 +128,23 @@ def test_an_empty_first_chunk_is_named(incident, tmp_path):
     assert "empty first chunk" in why and "first-token times are too early" in why
 
 
+def test_network_jitter_of_a_millisecond_still_reads_as_steps(incident, tmp_path):
+    """Each chunk delayed by its own half-normal network jitter (sigma 1 ms, on 22 ms decode steps): the clusters
+    still are the steps (the tolerance scales with the shortest steps) and the budget still holds."""
+    run, files, _ = incident
+    b = _bench(files)
+    rng = np.random.default_rng(0)
+    for i, g in enumerate(b["itls"]):
+        n = np.abs(rng.normal(0, 0.001, len(g) + 1))
+        b["ttfts"][i] += n[0]
+        b["itls"][i] = list(np.asarray(g) + np.diff(n))
+    rec = _recommend_with_bench(files, b, tmp_path)
+    q = rec["evidence_quality"]
+    assert rec["evidence"] == "client_stream" and q["unambiguous_share"] > 0.95 and q["residual_mape"] < 0.06, q
+    true = _true_goodput(run, {"ttft_ms": 5000.0, "itl_ms": 80.0})
+    assert true[rec["chunk_tokens"]] >= 0.9 * max(true.values()), (rec["chunk_tokens"], true)
+
+
 @pytest.mark.skipif(not (REAL / "v0_0.8.3_ray_tp4pp2_llama70b_full_server_log_800req_llmk8s.log").exists(),
                     reason="real fixtures not present")
 def test_the_real_pipeline_parallel_pair_exits_0_with_the_precise_reason(tmp_path):

@@ -2,8 +2,10 @@
 -- step source of its own (no trace, no Iteration lines). On an engine without pipeline parallelism every step
 -- hands one token to every running request at the step's end, so the chunk arrivals of concurrent streams cluster
 -- at the step ends: arrivals of one run, in time order, start a new cluster when they follow the previous arrival
--- by more than the tolerance (1 ms, or a quarter of the run's median inter-chunk gap when that is smaller: the
--- jitter of one step's burst is far below a step). One row per cluster. A cluster is a step read *unambiguously*
+-- by more than the tolerance (0.3 x the 10th percentile of the source's inter-chunk gaps, about a third of its
+-- shortest steps: one step's burst of arrivals, spread by network jitter of a few ms, stays far below it). One row
+-- per cluster. Its end is its last arrival (every token of the step has arrived by then); durations are taken
+-- between first arrivals (the earliest arrival carries the least network delay). A cluster is a step read *unambiguously*
 -- when some request decoded in both it and the cluster before (so no idle time or hidden prefill-only step lies
 -- between them), every decode arrival in it follows its request's previous arrival in the cluster before (none
 -- skipped a step), every request still running got a token in it, and no request got two: then `step_ms`, the
@@ -15,8 +17,9 @@
 -- @column run_line        BIGINT   The run inside the source (`requests.line_no`).
 -- @column step_index      BIGINT   0-based order of the cluster in its run.
 -- @column end_ns          BIGINT   Step end: the last arrival of the cluster, ns since Unix epoch, UTC (client clock shifted onto the common clock).
+-- @column first_ns        BIGINT   The cluster's first arrival, ns since Unix epoch, UTC.
 -- @column spread_ms       DOUBLE   Last minus first arrival of the cluster, ms (the burst's jitter).
--- @column step_ms         DOUBLE   Time since the previous cluster's end, ms (one step and its host gap when `unambiguous`); NULL for the first.
+-- @column step_ms         DOUBLE   Time since the previous cluster's first arrival, ms (one step and its host gap when `unambiguous`); NULL for the first.
 -- @column first_tokens    BIGINT   Requests whose first token arrived in the cluster (their last prefill chunk ran in this step).
 -- @column decode_seqs     BIGINT   Requests whose later chunk arrived in the cluster (decodes of this step).
 -- @column continuing      BIGINT   Of those, the ones whose previous chunk arrived in the previous cluster.
@@ -35,7 +38,7 @@ arr AS (
     FROM token_gaps g JOIN rq ON rq.source_id = g.source_id AND rq.request_id = g.request_id
     WHERE g.end_ns IS NOT NULL),
 tol AS (
-    SELECT source_id, least(1e6, 0.25 * median(gap_ns)) AS tol_ns FROM token_gaps WHERE gap_ns > 0
+    SELECT source_id, 0.3 * quantile_cont(gap_ns, 0.1) AS tol_ns FROM token_gaps WHERE gap_ns > 0
     GROUP BY source_id),
 o AS (
     SELECT arr.*, ts - lag(ts) OVER (PARTITION BY source_id, run_line ORDER BY ts, request_id, chunk) AS dt,
@@ -54,7 +57,8 @@ p AS (
                AS same
     FROM c WINDOW r AS (PARTITION BY source_id, request_id ORDER BY chunk)),
 s AS (
-    SELECT source_id, run_line, step_index, max(ts) AS end_ns, (max(ts) - min(ts)) / 1e6 AS spread_ms,
+    SELECT source_id, run_line, step_index, max(ts) AS end_ns, min(ts) AS first_ns,
+           (max(ts) - min(ts)) / 1e6 AS spread_ms,
            count(*) FILTER (WHERE chunk = 0) AS first_tokens,
            count(*) FILTER (WHERE chunk > 0) AS decode_seqs,
            count(*) FILTER (WHERE chunk > 0 AND prev_step = step_index - 1) AS continuing,
@@ -71,11 +75,11 @@ run AS (
     FROM ev GROUP BY source_id, run_line, k),
 j AS (
     SELECT s.*, CAST(coalesce(run.running, 0) AS BIGINT) AS running,
-           (s.end_ns - lag(s.end_ns) OVER (PARTITION BY s.source_id, s.run_line ORDER BY s.step_index)) / 1e6
+           (s.first_ns - lag(s.first_ns) OVER (PARTITION BY s.source_id, s.run_line ORDER BY s.step_index)) / 1e6
                AS step_ms
     FROM s ASOF LEFT JOIN run ON s.source_id = run.source_id AND s.run_line = run.run_line
                                  AND s.step_index >= run.k)
-SELECT source_id, run_line, CAST(step_index AS BIGINT) AS step_index, end_ns, spread_ms, step_ms, first_tokens, decode_seqs, continuing, running,
+SELECT source_id, run_line, CAST(step_index AS BIGINT) AS step_index, end_ns, first_ns, spread_ms, step_ms, first_tokens, decode_seqs, continuing, running,
        repeated, kv_tokens_read,
        step_ms IS NOT NULL AND continuing > 0 AND continuing = decode_seqs AND decode_seqs = running
            AND repeated = 0 AS unambiguous
