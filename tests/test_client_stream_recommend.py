@@ -145,6 +145,16 @@ def test_network_jitter_of_a_millisecond_still_reads_as_steps(incident, tmp_path
     assert true[rec["chunk_tokens"]] >= 0.9 * max(true.values()), (rec["chunk_tokens"], true)
 
 
+def test_the_benchmark_file_alone_names_the_missing_engine_settings(incident):
+    _, files, _ = incident
+    s = stallscope.open(":memory:")
+    s.ingest([files["bench"]])
+    rec = recommend(s.con, Options(slo=parse_slo("ttft=5s,itl=80ms"), replays=1))
+    assert rec["chunk_tokens"] is None and rec["evidence"] is None
+    why = " ".join(rec["missing_evidence"])
+    assert "no server log names the engine, its scheduler and its token budget" in why
+
+
 @pytest.mark.skipif(not (REAL / "v0_0.8.3_ray_tp4pp2_llama70b_full_server_log_800req_llmk8s.log").exists(),
                     reason="real fixtures not present")
 def test_the_real_pipeline_parallel_pair_exits_0_with_the_precise_reason(tmp_path):

@@ -154,6 +154,10 @@ def step_observations(con, eng) -> tuple[Observations | None, dict, str | None]:
     why = unreadable(con, eng)
     if why:
         return None, {}, why
+    if eng.engine == "unknown":
+        return None, {}, ("no server log names the engine, its scheduler and its token budget: the token stream gives "
+                          "the step ends, durations and decodes, but placing the prefill chunks needs them (add the "
+                          "server log of the same run)")
     if eng.policy not in ("chunked", "v0"):
         return None, {}, (f"the engine runs {eng.policy!r} scheduling: the client stream's prefill placement follows "
                           "vLLM's schedulers only (chunked: decodes first, then prompts first come first served "
