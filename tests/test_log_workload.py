@@ -92,3 +92,21 @@ def test_without_the_budget_the_log_alone_names_why(incident):
     _, _, s = incident
     wl, basis, why = log_workload.from_iteration_lines(s.con, None)
     assert wl is None and "max_num_batched_tokens" in why
+
+
+def test_two_data_parallel_engines_name_why_the_prompts_cannot_be_split(incident, tmp_path):
+    """With data parallelism each EngineCore serves part of the requests and the log does not say which: the
+    prompts are not assigned, and the recommendation says so (exit 0, no traceback)."""
+    _, files, _ = incident
+    text = files["vllm"].read_text()
+    dp1 = [ln.replace("(EngineCore_DP0 pid=1294)", "(EngineCore_DP1 pid=1295)") for ln in text.splitlines()
+           if ln.startswith("(EngineCore_DP0 pid=1294)") and "Iteration(" in ln]
+    assert len(dp1) > 1000
+    log = tmp_path / "vllm_server.log"
+    log.write_text(text + "\n".join(dp1) + "\n")
+    s = stallscope.open(":memory:")
+    s.ingest([log])
+    rec = recommend(s.con, Options(slo=parse_slo("ttft=5s,itl=80ms"), replays=1))
+    assert rec["chunk_tokens"] is None
+    why = " ".join(rec["missing_evidence"])
+    assert "prompts cannot be rebuilt from vLLM's iteration lines" in why and "data parallelism" in why

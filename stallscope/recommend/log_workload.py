@@ -31,7 +31,8 @@ def _sequence(con):
     return con.execute("""
         WITH s AS (SELECT source_id, sequence, count(*) AS n FROM engine_steps GROUP BY ALL ORDER BY n DESC LIMIT 1)
         SELECT e.start_ns, e.end_ns, e.ctx_reqs, e.ctx_tokens, e.gen_reqs, e.gen_tokens FROM engine_steps e JOIN s
-        USING (source_id, sequence) WHERE NOT coalesce(e.dummy, false) ORDER BY e.line_no""").fetchnumpy()
+        USING (source_id, sequence) WHERE NOT coalesce(e.dummy, false) AND e.ctx_reqs >= 0 AND e.ctx_tokens >= 0
+        AND e.gen_tokens >= 0 AND e.start_ns IS NOT NULL ORDER BY e.line_no""").fetchnumpy()
 
 
 def split_context(ctx_reqs, ctx_tokens, gen_tokens, budget: int, n_requests: int, with_steps: bool = False):
