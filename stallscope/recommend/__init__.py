@@ -280,7 +280,7 @@ def _stream_quality(info: dict, model) -> dict:
     """How well the client token stream read as steps: the recommendation's `evidence_quality`."""
     q = {"steps_read": info["steps_read"], "unambiguous_share": info["unambiguous_share"],
          "prefill_placement_exact_share": info["prefill_placement_exact_share"],
-         "residual_mape": model.mape, "budget_used": info["budget_used"]}
+         "residual_mape": model.mape, "budget_used": info["budget_used"], "cache_basis": info.get("cache_basis")}
     if "budget_assumed" in info:
         q["budget_assumed"] = info["budget_assumed"]
     return q

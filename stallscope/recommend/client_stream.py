@@ -94,6 +94,14 @@ def load(con, run: tuple[int, int] | None = None) -> tuple[dict, dict]:
     return st, rq
 
 
+def _log_hit_rate(con) -> float | None:
+    """The server log's prefix-cache hit rate over the run (the median of its stats lines while serving), 0..1;
+    None when no log reports one above 0. Without steps, the store says no more about which prompts hit the cache."""
+    v = con.execute("""SELECT median(prefix_cache_hit_rate_pct) FROM engine_stats
+                       WHERE prefix_cache_hit_rate_pct > 0""").fetchall()[0][0]
+    return float(v) / 100 if v else None
+
+
 def _filled(a, fill=0.0) -> np.ndarray:
     return np.asarray(np.ma.filled(a, fill) if np.ma.isMaskedArray(a) else a, dtype=float)
 
@@ -167,6 +175,11 @@ def step_observations(con, eng) -> tuple[Observations | None, dict, str | None]:
         return None, {}, "the benchmark file has no per-chunk arrival times (vllm bench serve --save-detailed)"
     prompt = np.asarray(rq["prompt_tokens"], np.int64)
     cached = np.minimum(np.asarray(_filled(rq["cached_tokens"]), np.int64), prompt - 1)
+    cache_basis = "request_cached_tokens" if (cached > 0).any() else "none"
+    hit = _log_hit_rate(con)
+    if cache_basis == "none" and hit:
+        cached = np.minimum(np.floor(hit * prompt).astype(np.int64), prompt - 1)
+        cache_basis = f"the server log's prefix-cache hit rate ({hit:.1%}), the same share of every prompt"
     if eng.policy == "v0":
         prefill_first = _prefill_first(st, rq, prompt - cached, cached)
         unamb = prefill_first[3]
@@ -192,7 +205,8 @@ def step_observations(con, eng) -> tuple[Observations | None, dict, str | None]:
         m = unamb
     info.update(prefill_placement_exact_share=exact, budget_used=int(budget), evidence="client_stream",
                 host_gap_ms=(0.0, 0.0), kv_basis={"client_tokens": int(m.sum())},
-                composition_basis={"client_stream": int(m.sum())}, cached_requests=int((cached > 0).sum()))
+                composition_basis={"client_stream": int(m.sum())}, cached_requests=int((cached > 0).sum()),
+                cache_basis=cache_basis)
     obs = Observations(step_ms=_filled(st["step_ms"], np.nan)[m], decode_seqs=dec[m].astype(float),
                        tokens=(prefill + dec)[m].astype(float), kv_read=_filled(st["kv_tokens_read"], 0.0)[m],
                        attn_units=attn[m], has_prefill=prefill[m] > 0, notes={})
