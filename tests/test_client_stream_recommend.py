@@ -180,7 +180,8 @@ def test_the_real_pipeline_parallel_pair_exits_0_with_the_precise_reason(tmp_pat
     from stallscope.cli import app
 
     out = tmp_path / "rec.json"
-    r = CliRunner().invoke(app, ["recommend", str(REAL / "v0_0.8.3_ray_tp4pp2_llama70b_full_server_log_800req_llmk8s.log"),
+    log = REAL / "v0_0.8.3_ray_tp4pp2_llama70b_full_server_log_800req_llmk8s.log"
+    r = CliRunner().invoke(app, ["recommend", str(log),
                                  str(REAL / "bench_serving_0.8.3_llama70b_tp4pp2_sharegpt_qps_04_llmk8s.json"),
                                  "--db", str(tmp_path / "s.duckdb"), "--slo", "ttft=2s,itl=200ms", "--json", str(out)])
     assert r.exit_code == 0, r.output

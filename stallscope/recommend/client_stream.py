@@ -75,22 +75,21 @@ def load(con, run: tuple[int, int] | None = None) -> tuple[dict, dict]:
         run = r[0]
     st = con.execute("""SELECT * FROM recommend_client_steps WHERE source_id = ? AND run_line = ?
                         ORDER BY step_index""", list(run)).fetchnumpy()
-    cached = "0"
-    if con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'request_cached_tokens'").fetchall()[0][0]:
-        cached = "coalesce((SELECT any_value(c.cached_tokens) FROM request_cached_tokens c WHERE " \
-                 "c.source_id = r.source_id AND c.request_id = r.request_id), 0)"
-    try:
-        rq = con.execute(f"""SELECT r.arrival_ns, r.first_token_ns, r.finish_ns, r.prompt_tokens, {cached} AS cached_tokens
-                             FROM requests r WHERE r.kind = 'client' AND r.source_id = ? AND r.line_no = ?
-                             AND coalesce(r.status, 'ok') = 'ok' AND r.first_token_ns IS NOT NULL
-                             AND r.arrival_ns IS NOT NULL AND r.finish_ns IS NOT NULL AND r.prompt_tokens > 0
-                             ORDER BY r.arrival_ns, r.request_index""", list(run)).fetchnumpy()
-    except Exception:   # request_cached_tokens needs steps it may not have: no cache inferred
-        rq = con.execute("""SELECT r.arrival_ns, r.first_token_ns, r.finish_ns, r.prompt_tokens, 0 AS cached_tokens
-                            FROM requests r WHERE r.kind = 'client' AND r.source_id = ? AND r.line_no = ?
-                            AND coalesce(r.status, 'ok') = 'ok' AND r.first_token_ns IS NOT NULL
-                            AND r.arrival_ns IS NOT NULL AND r.finish_ns IS NOT NULL AND r.prompt_tokens > 0
-                            ORDER BY r.arrival_ns, r.request_index""", list(run)).fetchnumpy()
+    # Prompt tokens served by the prefix cache, where the analysis inferred them (it needs steps; else none).
+    has_cache_view = con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'request_cached_tokens'"
+                                 ).fetchall()[0][0]
+    cache = ("SELECT source_id, request_id, any_value(cached_tokens) AS cached_tokens FROM request_cached_tokens "
+             "GROUP BY ALL" if has_cache_view else
+             "SELECT NULL::INTEGER AS source_id, NULL::VARCHAR AS request_id, 0 AS cached_tokens LIMIT 0")
+    rq = con.execute(f"""
+        WITH c AS ({cache})
+        SELECT r.arrival_ns, r.first_token_ns, r.finish_ns, r.prompt_tokens,
+               coalesce(c.cached_tokens, 0) AS cached_tokens
+        FROM requests r LEFT JOIN c ON c.source_id = r.source_id AND c.request_id = r.request_id
+        WHERE r.kind = 'client' AND r.source_id = ? AND r.line_no = ? AND coalesce(r.status, 'ok') = 'ok'
+          AND r.first_token_ns IS NOT NULL AND r.arrival_ns IS NOT NULL AND r.finish_ns IS NOT NULL
+          AND r.prompt_tokens > 0
+        ORDER BY r.arrival_ns, r.request_index""", list(run)).fetchnumpy()
     return st, rq
 
 
