@@ -57,22 +57,6 @@ def test_budget_from_iteration_lines_holds_on_the_true_engine(incident):
     assert len(optima) == 2, optima  # the two SLOs really ask for different budgets
 
 
-def test_the_log_alone_names_the_missing_prompt_lengths(incident):
-    _, files = incident
-    s = stallscope.open(":memory:")
-    s.ingest([files["vllm"]])
-    rec = recommend(s.con, Options(slo=parse_slo("ttft=5s,itl=80ms"), replays=1))
-    assert rec["chunk_tokens"] is None and rec["evidence"] == "iteration_log" and rec["evidence_steps"] > 1000
-    assert len(rec["missing_evidence"]) == 1, rec["missing_evidence"]
-    why = rec["missing_evidence"][0]
-    assert why.startswith("the workload's prompt lengths") and f"{run_requests(s)} request lines" in why
-    assert "benchmark file" in why
-
-
-def run_requests(s) -> int:
-    return s.sql("SELECT count(*) FROM requests WHERE kind = 'server'").item()
-
-
 def test_a_trace_outranks_the_iteration_lines(incident, tmp_path):
     _, files = incident
     s = stallscope.open(":memory:")

@@ -22,7 +22,7 @@ ENGINE_POLICY_NAMES = {"chunked": "chunked", "v0": "prefill_first", "sglang": "s
 # the band is stretched by half again.
 # SGLang's batch lines time 40-forward decode means and prefill forwards only through 2-decimal throughputs and
 # differences (stallscope/recommend/observe.py sglang_observations): each side twice as wide.
-EVIDENCE_BAND = {"trace": 1.0, "iteration_log": 1.5, "sglang_log": 2.0}
+EVIDENCE_BAND = {"trace": 1.0, "iteration_log": 1.5, "sglang_log": 2.0, "client_stream": 1.5}
 
 
 @dataclass
@@ -82,10 +82,20 @@ def recommend(con, opts: Options) -> dict:
                            "interval without prefill lines, or two prefill lines with prefill work waiting, each "
                            "with its throughput field); add a profiler trace (SGLang step markers) of the same load")
         else:
-            missing.append("engine steps: the store has no profiler trace and no vLLM iteration lines (no per-step "
-                           "durations and batch composition); serve with vLLM >= 0.11 and "
-                           "--enable-logging-iteration-details, or capture a trace with torch.profiler around the "
-                           "engine's execute_model (vLLM VLLM_TORCH_PROFILER_DIR) while serving the same load")
+            obs, info, why = _client_stream_steps(con, eng)
+            if why is None:
+                try:
+                    model = fit(obs, seed=opts.seed)
+                    info["residual_mape"] = model.mape
+                except FitError as e:
+                    missing.append(f"enough steps read from the client token stream: {e}")
+            else:
+                missing.append("engine steps: the store has no profiler trace and no vLLM iteration lines (no "
+                               "per-step durations and batch composition)" + (f", and the benchmark's token stream "
+                               f"cannot serve instead: {why}" if why else "") + "; serve with vLLM >= 0.11 and "
+                               "--enable-logging-iteration-details, or capture a trace with torch.profiler around "
+                               "the engine's execute_model (vLLM VLLM_TORCH_PROFILER_DIR) while serving the same "
+                               "load")
     elif len(obs) == 0:
         missing.append(f"per-step batch composition: the {n_steps} traced steps carry no prefill/decode token "
                        "counts (vLLM execute_context_N(T)_generation_M(G) annotations, SGLang step markers); "
@@ -96,14 +106,23 @@ def recommend(con, opts: Options) -> dict:
         except FitError as e:
             missing.append(f"enough composed steps: {e}")
     wl_obs = observe.workload(con)
+    why_wl = None
+    if wl_obs is None and n_iter:
+        from .log_workload import from_iteration_lines
+
+        wl_obs, basis, why_wl = from_iteration_lines(con, eng.budget)
+        if basis:
+            out["workload_basis"] = basis
     if wl_obs is None:
-        missing.append(_missing_workload(con))
+        missing.append(_missing_workload(con, why_wl))
     elif wl_obs.missing_output:
         missing.append(f"output lengths of {wl_obs.missing_output} of {len(wl_obs.arrival_ns)} requests (the server "
                        "log does not print them): add the benchmark file of the same run")
     if model is not None:
         out["model"] = _model_dict(model, info)
         out["evidence"], out["evidence_steps"] = info.get("evidence"), model.steps_used
+        if info.get("evidence") == "client_stream":
+            out["evidence_quality"] = _stream_quality(info, model)
     if missing:
         out["missing_evidence"] = missing
         return _clean(out)
@@ -206,7 +225,7 @@ def recommend(con, opts: Options) -> dict:
         "predicted_p99_itl_ms": best.p99_itl_ms, "predicted_mean_tpot_ms": best.mean_tpot_ms,
         "predicted_p90_ttft_ms": best.p90_ttft_ms,
         "goodput_rps": best.goodput_rps,
-        "goodput_band_rps": _band(best.goodput_rps, best.lo, best.hi, EVIDENCE_BAND.get(out["evidence"], 1.0)),
+        "goodput_band_rps": _band(best.goodput_rps, best.lo, best.hi, _widen(out)),
         "attainment": best.attainment, "meets_attainment": meets, "load_for_target_rps": load_for_target,
         "ttft_cost_ms": cf_row.get("ttft_ms"),
         "placement": place, "prefill_decode_split": list(dis.split) if (place and dis) else None,
@@ -235,17 +254,50 @@ def recommend(con, opts: Options) -> dict:
     return _clean(out)
 
 
-def _missing_workload(con) -> str:
+def _missing_workload(con, why_not_rebuilt: str | None = None) -> str:
     """Why the store gives no workload to replay, in the words of what it does hold."""
     n_blind = con.execute("""SELECT count(*) FROM requests WHERE kind = 'server' AND arrival_ns IS NOT NULL
                              AND prompt_tokens IS NULL""").fetchall()[0][0]
     if n_blind:
         return (f"the workload's prompt lengths: the server log's {n_blind} request lines carry no prompt (vLLM >= "
-                "0.10 prints it only at DEBUG) and the store has no benchmark file; vLLM's iteration lines give each "
-                "step's context tokens but not how they split over requests, so the prompts are not rebuilt from "
-                "them here: add the benchmark file of the same run (vllm bench serve --save-result --save-detailed)")
+                "0.10 prints it only at DEBUG) and the store has no benchmark file"
+                + (f"; the prompts cannot be rebuilt from vLLM's iteration lines: {why_not_rebuilt}" if why_not_rebuilt
+                   else "") + ": add the benchmark file of the same run (vllm bench serve --save-result "
+                "--save-detailed), or serve with --enable-logging-iteration-details")
     return ("the workload: no requests with arrival times and prompt lengths (a benchmark file from vllm bench serve "
             "--save-result --save-detailed, or a server log with request lines)")
+
+
+def _client_stream_steps(con, eng):
+    """(observations, facts, None) from the benchmark's token stream, or (None, {}, why not); why is "" when the
+    store has no token stream at all."""
+    from . import client_stream
+
+    if not client_stream.has_stream(con):
+        return None, {}, ""
+    return client_stream.step_observations(con, eng)
+
+
+def _stream_quality(info: dict, model) -> dict:
+    """How well the client token stream read as steps: the recommendation's `evidence_quality`."""
+    q = {"steps_read": info["steps_read"], "unambiguous_share": info["unambiguous_share"],
+         "prefill_placement_exact_share": info["prefill_placement_exact_share"],
+         "residual_mape": model.mape, "budget_used": info["budget_used"], "cache_basis": info.get("cache_basis")}
+    if "budget_assumed" in info:
+        q["budget_assumed"] = info["budget_assumed"]
+    return q
+
+
+def _widen(out: dict) -> float:
+    """The band's stretch for the evidence used. For the client stream it grows as fewer clusters read as single
+    steps and as the fit's held-out error grows: x1.5 (as for iteration lines: no host gap, no attention work of
+    its own) times (2 - unambiguous share) times (1 + MAPE)."""
+    ev = out.get("evidence")
+    if ev == "client_stream":
+        q = out.get("evidence_quality") or {}
+        return EVIDENCE_BAND[ev] * (2 - float(q.get("unambiguous_share") or 0)) * (1 + float(q.get("residual_mape")
+                                                                                             or 0))
+    return EVIDENCE_BAND.get(ev, 1.0)
 
 
 def _band(point: float, lo: float, hi: float, widen: float) -> list[float]:

@@ -187,7 +187,10 @@ _EVIDENCE_WORDS = {"trace": "the profiler trace's steps",
                    "iteration_log": "vLLM's per-step Iteration log lines (no profiler trace; goodput band widened "
                                     "x1.5)",
                    "sglang_log": "SGLang's scheduler batch lines (40-forward decode means and prefill forwards timed "
-                                 "by their throughput fields; no profiler trace; goodput band widened x2)"}
+                                 "by their throughput fields; no profiler trace; goodput band widened x2)",
+                   "client_stream": "the benchmark's token stream (steps rebuilt from the chunk arrivals of "
+                                    "concurrent requests; no profiler trace or Iteration lines; goodput band widened "
+                                    "by the evidence's quality)"}
 
 
 def _recommendation(a: dict, b: list, img: dict) -> None:
