@@ -15,8 +15,8 @@ from .errors import StallscopeError
 SCHEMA = "stallscope.analysis/1"
 SLO_KEYS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2el": "e2el_ms", "e2e": "e2el_ms"}
 # Views computed once per analysis and then read by everything downstream.
-_MATERIALISE = ("step_phase", "client_gaps", "gap_baseline", "spikes", "spike_prefill", "spike_steps",
-                "prefill_parts", "request_prefill_windows", "spike_attribution", "spike_culprits",
+_MATERIALISE = ("step_phase", "client_gaps", "client_gap_median", "gap_baseline", "spikes", "spike_prefill", "spike_steps",
+                "prefill_parts", "request_prefill_windows", "spike_prefill_window_pairs", "spike_attribution", "spike_culprits",
                 "request_metrics", "request_counterfactual")
 
 
