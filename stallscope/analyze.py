@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import sqlviews
 from .errors import StallscopeError
 
@@ -123,34 +125,36 @@ def _run(r: dict) -> dict:
             "goodput_lost_rps": r["goodput_lost_rps"], "attainment": r["attainment"]}
 
 
+_SPIKE_KEYS = ("request_id", "token_index", "start_ns", "end_ns", "gap_ms", "rule", "prefill_overlap_ms", "share",
+               "stalled_decodes", "culprits", "evidence", "level", "baseline_ms", "baseline_basis", "excess_ms",
+               "other_ms", "prefill_tokens", "step_index", "source", "run_line")
+_CULPRIT_KEYS = ("request_id", "prompt_tokens", "overlap_ms", "confidence", "ambiguous_with")
+
+
 def _spikes(con, max_culprits: int) -> list[dict]:
-    rows = con.sql("""
-        SELECT s.*, a.*, src.path AS source_path, st.step_index
+    # Columns come out of DuckDB whole (ns -> ms there: the same IEEE division as Python's) and the dicts are
+    # zipped from them: a 9.1M-gap hour has ~480k spikes and ~1.5M culprit rows.
+    culprits = con.sql(f"""
+        SELECT spike_id, report_id, prompt_tokens, overlap_ns / 1e6, confidence, ambiguous_with FROM spike_culprits
+        WHERE rank <= {int(max_culprits)} ORDER BY spike_id, rank""").fetch_arrow_table()
+    ids = culprits.column(0).to_numpy()
+    by_spike: dict[int, list[dict]] = {}
+    if len(ids):
+        rows = [dict(zip(_CULPRIT_KEYS, r)) for r in zip(*(c.to_pylist() for c in culprits.columns[1:]))]
+        bounds = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), len(ids)]
+        by_spike = {int(ids[a]): rows[a:b] for a, b in zip(bounds[:-1], bounds[1:])}
+    cols = con.sql("""
+        SELECT s.spike_id, s.report_id, s.token_index, s.start_ns, s.end_ns, s.gap_ns / 1e6, s.rule,
+               a.prefill_overlap_ns / 1e6, a.share, a.stalled_decodes, a.evidence, s.level, s.baseline_ns / 1e6,
+               s.baseline_basis, a.excess_ns / 1e6, a.other_ns / 1e6, a.prefill_tokens, st.step_index,
+               src.path, s.run_line
         FROM spikes s JOIN spike_attribution a USING (spike_id) JOIN sources src ON src.source_id = s.source_id
         LEFT JOIN steps st ON st.step_id = coalesce(s.step_id, a.stalling_step_id)
-        ORDER BY s.start_ns, s.spike_id""").pl()
-    culprits = con.sql(f"""
-        SELECT spike_id, report_id, prompt_tokens, overlap_ns, confidence, ambiguous_with FROM spike_culprits
-        WHERE rank <= {int(max_culprits)} ORDER BY spike_id, rank""").pl()
-    by_spike: dict[int, list[dict]] = {}
-    for c in culprits.iter_rows(named=True):
-        by_spike.setdefault(c["spike_id"], []).append(
-            {"request_id": c["report_id"], "prompt_tokens": c["prompt_tokens"], "overlap_ms": c["overlap_ns"] / 1e6,
-             "confidence": c["confidence"], "ambiguous_with": c["ambiguous_with"]})
-    out = []
-    for r in rows.iter_rows(named=True):
-        ms = lambda v: None if v is None else v / 1e6  # noqa: E731
-        out.append({
-            "request_id": r["report_id"], "token_index": r["token_index"],
-            "start_ns": r["start_ns"], "end_ns": r["end_ns"], "gap_ms": ms(r["gap_ns"]),
-            "rule": r["rule"], "prefill_overlap_ms": ms(r["prefill_overlap_ns"]), "share": r["share"],
-            "stalled_decodes": r["stalled_decodes"], "culprits": by_spike.get(r["spike_id"], []),
-            "evidence": r["evidence"],
-            "level": r["level"], "baseline_ms": ms(r["baseline_ns"]), "baseline_basis": r["baseline_basis"],
-            "excess_ms": ms(r["excess_ns"]), "other_ms": ms(r["other_ns"]), "prefill_tokens": r["prefill_tokens"],
-            "step_index": r["step_index"], "source": r["source_path"], "run_line": r["run_line"],
-        })
-    return out
+        ORDER BY s.start_ns, s.spike_id""").fetch_arrow_table()
+    spike_ids = cols.column(0).to_pylist()
+    values = [c.to_pylist() for c in cols.columns[1:]]
+    values.insert(9, [by_spike.get(i, []) for i in spike_ids])   # culprits sit after stalled_decodes
+    return [dict(zip(_SPIKE_KEYS, r)) for r in zip(*values)]
 
 
 def _gpu_count(con) -> int | None:
