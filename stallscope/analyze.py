@@ -60,18 +60,50 @@ class Options:
     max_culprits: int = 5
     report_views: bool = True   # also install the report's views (a notebook, a report); a CLI analysis, a fleet
                                 # shard and the recommendation read none of them
+    since_ns: int | None = None  # analyse only what happened in [since_ns, until_ns) (`restrict`)
+    until_ns: int | None = None
+    progress: object = None      # called with each stage's name as the analysis reaches it
+
+
+def restrict(con, since_ns: int | None, until_ns: int | None) -> None:
+    """Make every analysis on `con` see only [since_ns, until_ns): temp views shadow the store's tables (DuckDB
+    resolves temp objects first) with the requests that arrived in the range and their gaps, the steps and
+    kernels that started in it; a benchmark's own duration no longer sets the goodput window (the range's
+    first arrival to last completion does)."""
+    if since_ns is None and until_ns is None:
+        return
+    lo = -2**63 if since_ns is None else int(since_ns)
+    hi = 2**63 - 1 if until_ns is None else int(until_ns)
+    inr = lambda col: f"{col} >= {lo} AND {col} < {hi}"  # noqa: E731
+    db = con.execute("SELECT current_database()").fetchall()[0][0].replace('"', '""')
+    t = f'"{db}".main'      # the store's own tables (a bare `main` would find the temp views themselves)
+    con.execute(f"""CREATE OR REPLACE TEMP VIEW requests AS SELECT * FROM {t}.requests
+                    WHERE {inr('coalesce(arrival_ns, first_token_ns, finish_ns)')}""")
+    con.execute(f"""CREATE OR REPLACE TEMP VIEW token_gaps AS SELECT g.* FROM {t}.token_gaps g
+                    SEMI JOIN requests r ON r.source_id = g.source_id AND r.request_id = g.request_id""")
+    con.execute(f"""CREATE OR REPLACE TEMP VIEW steps AS SELECT * FROM {t}.steps
+                    WHERE {inr('coalesce(gpu_start_ns, cpu_start_ns)')}""")
+    con.execute(f"CREATE OR REPLACE TEMP VIEW gpu_kernels AS SELECT * FROM {t}.gpu_kernels WHERE {inr('start_ns')}")
+    con.execute(f"""CREATE OR REPLACE TEMP VIEW engine_config AS SELECT * FROM {t}.engine_config
+                    WHERE NOT (origin = 'bench_summary' AND key = 'duration')""")
 
 
 def prepare(con, opts: Options) -> None:
     """Install every view with these parameters and materialise the expensive ones."""
+    restrict(con, opts.since_ns, opts.until_ns)
     sqlviews.install(con, report=opts.report_views, **opts.slo.__dict__, spike_k=opts.spike_k,
                      baseline_window_s=opts.baseline_window_s, baseline_steps=opts.baseline_steps)
-    sqlviews.materialise(con, _MATERIALISE)
+    for name in _MATERIALISE:
+        if opts.progress:
+            opts.progress(name)
+        sqlviews.materialise(con, [name])
 
 
 def analyze(con, opts: Options | None = None) -> dict:
     opts = opts or Options()
     prepare(con, opts)
+    if opts.progress:
+        opts.progress("goodput and spikes")
     runs = con.sql("SELECT r.*, s.path FROM goodput_runs r JOIN sources s USING (source_id) "
                    "ORDER BY r.source_id, r.run_line").pl()
     # Client runs judge goodput; server-only runs (a log alone) are used when nothing else exists.

@@ -21,21 +21,24 @@ def kth_smallest(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, k: np.ndarr
     zeros then ones; a query's range maps into the half its answer lies in by prefix counts of zeros. Only one
     level is held at a time."""
     uniq, cur = np.unique(values, return_inverse=True)
-    cur = cur.astype(np.int32 if len(uniq) < 2**31 else np.int64).ravel()
     n = len(cur)
-    lo, hi, k = lo.astype(np.int64), hi.astype(np.int64), k.astype(np.int64)
-    rank = np.zeros(len(k), np.int64)
-    zeros_before = np.zeros(n + 1, np.int64)
+    it = np.int32 if n < 2**31 - 1 and len(uniq) < 2**31 else np.int64   # halves the memory of 9M-row hours
+    cur = cur.astype(it).ravel()
+    lo, hi, k = lo.astype(it), hi.astype(it), k.astype(it)
+    rank = np.zeros(len(k), it)
+    zeros_before = np.zeros(n + 1, it)
     for b in range(max(1, (len(uniq) - 1).bit_length()) - 1, -1, -1):
         zero = ((cur >> b) & 1) == 0
         np.cumsum(zero, out=zeros_before[1:])
         nz = zeros_before[n]
         zl, zr = zeros_before[lo], zeros_before[hi]
-        right = k >= zr - zl
-        rank |= right.astype(np.int64) << b
-        k -= np.where(right, zr - zl, 0)
-        lo = np.where(right, nz + lo - zl, zl)
-        hi = np.where(right, nz + hi - zr, zr)
+        zr -= zl                                    # zeros in the range
+        right = k >= zr
+        rank |= right.astype(it) << b
+        k -= np.where(right, zr, 0).astype(it)
+        # Into the ones' half (after all nz zeros) or the zeros' half.
+        hi = np.where(right, nz + hi - zr - zl, zl + zr).astype(it)
+        lo = np.where(right, nz + lo - zl, zl).astype(it)
         cur = np.concatenate([cur[zero], cur[~zero]])
     return uniq[rank]
 
