@@ -73,12 +73,24 @@ def analyze_cmd(
             result["recommendation"] = run_recommend(store.con, RecOptions(slo=opts.slo, attainment=attainment,
                                                                           prepared=True))
     if json_out:
-        json_out.write_text(json.dumps(result, indent=1) + "\n")
+        write_json(result, json_out)
     _summary(result, top)
     rec = result.get("recommendation")
     if rec is not None:
         typer.echo(f"recommendation: {rec['setting']}" if rec["setting"] else
                    f"recommendation: missing evidence: {'; '.join(rec['missing_evidence'])}")
+
+
+def write_json(doc: dict, path: Path) -> None:
+    """json.dumps(doc, indent=1) + newline, written in batches of chunks: an hour's analysis is ~500 MB of JSON,
+    which as one string (and the list it is joined from) would double the command's peak memory."""
+    from itertools import islice
+
+    chunks = json.JSONEncoder(indent=1).iterencode(doc)
+    with path.open("w") as f:
+        while batch := "".join(islice(chunks, 1 << 16)):
+            f.write(batch)
+        f.write("\n")
 
 
 # Above this many streamed-chunk gaps (~2 hours at 20 req/s) an analysis takes minutes: say how to cut it.

@@ -20,26 +20,43 @@ def kth_smallest(values: np.ndarray, lo: np.ndarray, hi: np.ndarray, k: np.ndarr
     Wavelet matrix: at each bit level (high to low) of the values' dense ranks, the array is stably split into
     zeros then ones; a query's range maps into the half its answer lies in by prefix counts of zeros. Only one
     level is held at a time."""
-    uniq, cur = np.unique(values, return_inverse=True)
-    n = len(cur)
+    uniq, inv = np.unique(values, return_inverse=True)
+    n = len(inv)
     it = np.int32 if n < 2**31 - 1 and len(uniq) < 2**31 else np.int64   # halves the memory of 9M-row hours
-    cur = cur.astype(it).ravel()
+    cur, nxt = inv.astype(it).ravel(), np.empty(n, it)
+    del inv
     lo, hi, k = lo.astype(it), hi.astype(it), k.astype(it)
-    rank = np.zeros(len(k), it)
+    q = len(k)
+    rank = np.zeros(q, it)
     zeros_before = np.zeros(n + 1, it)
+    zero = np.empty(n, bool)
+    zl, zr, tmp = np.empty(q, it), np.empty(q, it), np.empty(q, it)
+    right = np.empty(q, bool)
+    # Buffers are reused level to level (out=): fresh 9M-element temporaries per level cost more in page faults
+    # than in arithmetic.
     for b in range(max(1, (len(uniq) - 1).bit_length()) - 1, -1, -1):
-        zero = ((cur >> b) & 1) == 0
+        np.bitwise_and(np.right_shift(cur, b), 1, out=nxt)
+        np.equal(nxt, 0, out=zero)
         np.cumsum(zero, out=zeros_before[1:])
         nz = zeros_before[n]
-        zl, zr = zeros_before[lo], zeros_before[hi]
+        np.take(zeros_before, lo, out=zl)
+        np.take(zeros_before, hi, out=zr)
         zr -= zl                                    # zeros in the range
-        right = k >= zr
-        rank |= right.astype(it) << b
-        k -= np.where(right, zr, 0).astype(it)
-        # Into the ones' half (after all nz zeros) or the zeros' half.
-        hi = np.where(right, nz + hi - zr - zl, zl + zr).astype(it)
-        lo = np.where(right, nz + lo - zl, zl).astype(it)
-        cur = np.concatenate([cur[zero], cur[~zero]])
+        np.greater_equal(k, zr, out=right)
+        rank[right] |= it(1) << it(b)
+        # Into the ones' half (after all nz zeros, offset by the ones before lo) or the zeros' half.
+        np.subtract(k, zr, out=k, where=right)
+        np.add(zl, zr, out=tmp)                     # zeros_before[hi]
+        np.subtract(hi, tmp, out=hi)
+        hi += nz
+        np.copyto(hi, tmp, where=~right)
+        np.subtract(lo, zl, out=lo)
+        lo += nz
+        np.copyto(lo, zl, where=~right)
+        nzi = int(nz)
+        nxt[:nzi] = cur[zero]
+        nxt[nzi:] = cur[~zero]
+        cur, nxt = nxt, cur
     return uniq[rank]
 
 
