@@ -75,10 +75,13 @@ def window_median(part: np.ndarray, t: np.ndarray, v: np.ndarray, half_width) ->
         lo[s:e] = s + np.searchsorted(tt, tt - half_width, "left")
         hi[s:e] = s + np.searchsorted(tt, tt + half_width, "right")
     m = hi - lo
-    mid = kth_smallest(v, np.concatenate([lo, lo]), np.concatenate([hi, hi]),
-                       np.concatenate([(m - 1) // 2, m // 2])).astype(np.float64)
+    even = np.flatnonzero(m % 2 == 0)       # two middle values; an odd frame has one
+    mid = kth_smallest(v, np.concatenate([lo, lo[even]]), np.concatenate([hi, hi[even]]),
+                       np.concatenate([(m - 1) // 2, m[even] // 2])).astype(np.float64)
+    upper = mid[:n].copy()
+    upper[even] = mid[n:]
     # Exact for values below 2**52, as DuckDB's interpolation is.
-    return (mid[:n] + mid[n:]) / 2.0
+    return (mid[:n] + upper) / 2.0
 
 
 def client_gap_median(con, table: str) -> bool:
