@@ -62,20 +62,8 @@ print(json.dumps(out))
 """
 
 
-def timed(cmd: list[str], label: str) -> dict:
-    """Run one child and measure it alone: wall, CPU (user+sys) and peak RSS from wait4."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = p.communicate()
-    _, status, ru = p.pid, p.returncode, None
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        sys.stderr.write(f"{label} failed ({p.returncode}):\n{err[-3000:]}\n")
-        raise SystemExit(2)
-    return {"label": label, "wall_s": wall, "stdout": out}
-
-
 def timed_child(cmd: list[str], label: str) -> dict:
+    """Run one child and measure it alone: wall, CPU (user+sys) and peak RSS from wait4."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     _, status, ru = os.wait4(p.pid, 0)
