@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from . import sqlviews
 from .slo import Slo, parse_slo  # noqa: F401 - parse_slo stays importable from here (the notebook API)
 
 SCHEMA = "stallscope.analysis/1"
 # Views computed once per analysis and then read by everything downstream.
-_MATERIALISE = ("step_phase", "client_gaps", "gap_baseline", "spikes", "spike_prefill", "spike_steps",
-                "prefill_parts", "request_prefill_windows", "spike_attribution", "spike_culprits",
+_MATERIALISE = ("step_phase", "client_gaps", "client_gap_median", "gap_baseline", "spikes", "spike_prefill", "spike_steps",
+                "prefill_parts", "request_prefill_windows", "spike_prefill_window_pairs", "spike_attribution", "spike_culprits",
                 "request_metrics", "request_counterfactual")
 
 
@@ -28,18 +30,50 @@ class Options:
     max_culprits: int = 5
     report_views: bool = True   # also install the report's views (a notebook, a report); a CLI analysis, a fleet
                                 # shard and the recommendation read none of them
+    since_ns: int | None = None  # analyse only what happened in [since_ns, until_ns) (`restrict`)
+    until_ns: int | None = None
+    progress: object = None      # called with each stage's name as the analysis reaches it
+
+
+def restrict(con, since_ns: int | None, until_ns: int | None) -> None:
+    """Make every analysis on `con` see only [since_ns, until_ns): temp views shadow the store's tables (DuckDB
+    resolves temp objects first) with the requests that arrived in the range and their gaps, the steps and
+    kernels that started in it; a benchmark's own duration no longer sets the goodput window (the range's
+    first arrival to last completion does)."""
+    if since_ns is None and until_ns is None:
+        return
+    lo = -2**63 if since_ns is None else int(since_ns)
+    hi = 2**63 - 1 if until_ns is None else int(until_ns)
+    inr = lambda col: f"{col} >= {lo} AND {col} < {hi}"  # noqa: E731
+    db = con.execute("SELECT current_database()").fetchall()[0][0].replace('"', '""')
+    t = f'"{db}".main'      # the store's own tables (a bare `main` would find the temp views themselves)
+    con.execute(f"""CREATE OR REPLACE TEMP VIEW requests AS SELECT * FROM {t}.requests
+                    WHERE {inr('coalesce(arrival_ns, first_token_ns, finish_ns)')}""")
+    con.execute(f"""CREATE OR REPLACE TEMP VIEW token_gaps AS SELECT g.* FROM {t}.token_gaps g
+                    SEMI JOIN requests r ON r.source_id = g.source_id AND r.request_id = g.request_id""")
+    con.execute(f"""CREATE OR REPLACE TEMP VIEW steps AS SELECT * FROM {t}.steps
+                    WHERE {inr('coalesce(gpu_start_ns, cpu_start_ns)')}""")
+    con.execute(f"CREATE OR REPLACE TEMP VIEW gpu_kernels AS SELECT * FROM {t}.gpu_kernels WHERE {inr('start_ns')}")
+    con.execute(f"""CREATE OR REPLACE TEMP VIEW engine_config AS SELECT * FROM {t}.engine_config
+                    WHERE NOT (origin = 'bench_summary' AND key = 'duration')""")
 
 
 def prepare(con, opts: Options) -> None:
     """Install every view with these parameters and materialise the expensive ones."""
+    restrict(con, opts.since_ns, opts.until_ns)
     sqlviews.install(con, report=opts.report_views, **opts.slo.__dict__, spike_k=opts.spike_k,
                      baseline_window_s=opts.baseline_window_s, baseline_steps=opts.baseline_steps)
-    sqlviews.materialise(con, _MATERIALISE)
+    for name in _MATERIALISE:
+        if opts.progress:
+            opts.progress(name)
+        sqlviews.materialise(con, [name])
 
 
 def analyze(con, opts: Options | None = None) -> dict:
     opts = opts or Options()
     prepare(con, opts)
+    if opts.progress:
+        opts.progress("goodput and spikes")
     runs = con.sql("SELECT r.*, s.path FROM goodput_runs r JOIN sources s USING (source_id) "
                    "ORDER BY r.source_id, r.run_line").pl()
     # Client runs judge goodput; server-only runs (a log alone) are used when nothing else exists.
@@ -93,34 +127,36 @@ def _run(r: dict) -> dict:
             "goodput_lost_rps": r["goodput_lost_rps"], "attainment": r["attainment"]}
 
 
+_SPIKE_KEYS = ("request_id", "token_index", "start_ns", "end_ns", "gap_ms", "rule", "prefill_overlap_ms", "share",
+               "stalled_decodes", "culprits", "evidence", "level", "baseline_ms", "baseline_basis", "excess_ms",
+               "other_ms", "prefill_tokens", "step_index", "source", "run_line")
+_CULPRIT_KEYS = ("request_id", "prompt_tokens", "overlap_ms", "confidence", "ambiguous_with")
+
+
 def _spikes(con, max_culprits: int) -> list[dict]:
-    rows = con.sql("""
-        SELECT s.*, a.*, src.path AS source_path, st.step_index
+    # Columns come out of DuckDB whole (ns -> ms there: the same IEEE division as Python's) and the dicts are
+    # zipped from them: a 9.1M-gap hour has ~480k spikes and ~1.5M culprit rows.
+    culprits = con.sql(f"""
+        SELECT spike_id, report_id, prompt_tokens, overlap_ns / 1e6, confidence, ambiguous_with FROM spike_culprits
+        WHERE rank <= {int(max_culprits)} ORDER BY spike_id, rank""").fetch_arrow_table()
+    ids = culprits.column(0).to_numpy()
+    by_spike: dict[int, list[dict]] = {}
+    if len(ids):
+        rows = [dict(zip(_CULPRIT_KEYS, r)) for r in zip(*(c.to_pylist() for c in culprits.columns[1:]))]
+        bounds = [0, *(np.flatnonzero(ids[1:] != ids[:-1]) + 1).tolist(), len(ids)]
+        by_spike = {int(ids[a]): rows[a:b] for a, b in zip(bounds[:-1], bounds[1:])}
+    cols = con.sql("""
+        SELECT s.spike_id, s.report_id, s.token_index, s.start_ns, s.end_ns, s.gap_ns / 1e6, s.rule,
+               a.prefill_overlap_ns / 1e6, a.share, a.stalled_decodes, a.evidence, s.level, s.baseline_ns / 1e6,
+               s.baseline_basis, a.excess_ns / 1e6, a.other_ns / 1e6, a.prefill_tokens, st.step_index,
+               src.path, s.run_line
         FROM spikes s JOIN spike_attribution a USING (spike_id) JOIN sources src ON src.source_id = s.source_id
         LEFT JOIN steps st ON st.step_id = coalesce(s.step_id, a.stalling_step_id)
-        ORDER BY s.start_ns, s.spike_id""").pl()
-    culprits = con.sql(f"""
-        SELECT spike_id, report_id, prompt_tokens, overlap_ns, confidence, ambiguous_with FROM spike_culprits
-        WHERE rank <= {int(max_culprits)} ORDER BY spike_id, rank""").pl()
-    by_spike: dict[int, list[dict]] = {}
-    for c in culprits.iter_rows(named=True):
-        by_spike.setdefault(c["spike_id"], []).append(
-            {"request_id": c["report_id"], "prompt_tokens": c["prompt_tokens"], "overlap_ms": c["overlap_ns"] / 1e6,
-             "confidence": c["confidence"], "ambiguous_with": c["ambiguous_with"]})
-    out = []
-    for r in rows.iter_rows(named=True):
-        ms = lambda v: None if v is None else v / 1e6  # noqa: E731
-        out.append({
-            "request_id": r["report_id"], "token_index": r["token_index"],
-            "start_ns": r["start_ns"], "end_ns": r["end_ns"], "gap_ms": ms(r["gap_ns"]),
-            "rule": r["rule"], "prefill_overlap_ms": ms(r["prefill_overlap_ns"]), "share": r["share"],
-            "stalled_decodes": r["stalled_decodes"], "culprits": by_spike.get(r["spike_id"], []),
-            "evidence": r["evidence"],
-            "level": r["level"], "baseline_ms": ms(r["baseline_ns"]), "baseline_basis": r["baseline_basis"],
-            "excess_ms": ms(r["excess_ns"]), "other_ms": ms(r["other_ns"]), "prefill_tokens": r["prefill_tokens"],
-            "step_index": r["step_index"], "source": r["source_path"], "run_line": r["run_line"],
-        })
-    return out
+        ORDER BY s.start_ns, s.spike_id""").fetch_arrow_table()
+    spike_ids = cols.column(0).to_pylist()
+    values = [c.to_pylist() for c in cols.columns[1:]]
+    values.insert(9, [by_spike.get(i, []) for i in spike_ids])   # culprits sit after stalled_decodes
+    return [dict(zip(_SPIKE_KEYS, r)) for r in zip(*values)]
 
 
 def _gpu_count(con) -> int | None:

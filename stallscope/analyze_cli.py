@@ -29,6 +29,11 @@ def analyze_cmd(
                                 help="Spikes to show in the terminal summary."),
         recommend: bool = typer.Option(False, "--recommend", help="Add the chunk-budget and placement recommendation "
                                                                   "(`stallscope recommend`) under \"recommendation\"."),
+        since: Optional[str] = typer.Option(None, "--since", help="Analyse only from this instant: ISO time (UTC "
+                                                                  "unless it says) or an offset into the store (90s, 5m, 1h)."),
+        until: Optional[str] = typer.Option(None, "--until", help="...and only up to this instant (same forms)."),
+        memory_limit: Optional[str] = typer.Option(None, "--memory-limit", help="DuckDB memory_limit (e.g. 2GB): "
+                                                                                "beyond it the analysis spills to disk."),
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
     """Find decode-gap spikes, attribute them to prefill work, and measure goodput and what interference cost."""
@@ -43,21 +48,136 @@ def analyze_cmd(
     store = open_store(paths, db, year, tz)
     with store:
         crash_point("analyze.start")  # stallscope.faults: where fault tests crash or interrupt an analysis
-        result = analyze(store.con, opts)
+        configure(store.con, memory_limit)
+        opts.since_ns, opts.until_ns = time_range(store.con, since, until)
+        with stage_progress() as opts.progress:
+            result = analyze(store.con, opts)
         if recommend:
             from .recommend import Options as RecOptions, recommend as run_recommend
 
             result["recommendation"] = run_recommend(store.con, RecOptions(slo=opts.slo, attainment=attainment,
                                                                           prepared=True))
     if json_out:
-        from .outputs import write_text
-
-        write_text(json_out, json.dumps(result, indent=1) + "\n")  # whole or not at all, never a cut file
+        write_json(result, json_out)
     _summary(result, top)
     rec = result.get("recommendation")
     if rec is not None:
         typer.echo(f"recommendation: {rec['setting']}" if rec["setting"] else
                    f"recommendation: missing evidence: {'; '.join(rec['missing_evidence'])}")
+
+
+def write_json(doc: dict, path: Path) -> None:
+    """json.dumps(doc, indent=1) + newline, written in batches of chunks (an hour's analysis is ~500 MB of JSON,
+    which as one string, and the list it is joined from, would double the command's peak memory) to a temporary
+    file renamed into place: whole or not at all, never a cut file."""
+    from itertools import islice
+
+    from .outputs import atomic_file
+
+    chunks = json.JSONEncoder(indent=1).iterencode(doc)
+    with atomic_file(path) as part, part.open("w") as f:
+        while batch := "".join(islice(chunks, 1 << 16)):
+            f.write(batch)
+        f.write("\n")
+
+
+# Above this many streamed-chunk gaps (~2 hours at 20 req/s) an analysis takes minutes: say how to cut it.
+BIG_STORE_GAPS = 20_000_000
+
+
+def configure(con, memory_limit: str | None) -> None:
+    """DuckDB's memory_limit when asked for, spilling to a temp directory beside the system's temp files rather
+    than failing (a read-only store's default spill folder sits beside the store, which may not be writable)."""
+    import tempfile
+
+    from .errors import StallscopeError
+
+    if memory_limit:
+        try:
+            con.execute(f"SET memory_limit = '{memory_limit.replace(chr(39), '')}'")
+        except Exception as e:  # noqa: BLE001 - DuckDB's parse error, as one line
+            raise StallscopeError(f"bad --memory-limit {memory_limit!r}: {str(e).splitlines()[0]}") from None
+        con.execute(f"SET temp_directory = '{Path(tempfile.gettempdir()) / 'stallscope-spill'}'")
+    gaps = con.execute("SELECT count(*) FROM token_gaps").fetchall()[0][0]
+    if gaps > BIG_STORE_GAPS:
+        typer.echo(f"hint: {gaps:,} token gaps: analyse a time range at a time (--since/--until, e.g. --since 0m "
+                   f"--until 1h), as `stallscope fleet --window 1h` cuts replicas", err=True)
+
+
+def time_range(con, since: str | None, until: str | None) -> tuple[int | None, int | None]:
+    """--since/--until as ns on the store's clock: an ISO time (UTC unless it says), or an offset (90s, 5m, 1h)
+    from the store's first request arrival or step."""
+    if since is None and until is None:
+        return None, None
+    start = con.execute("""SELECT least((SELECT min(arrival_ns) FROM requests),
+                                        (SELECT min(coalesce(gpu_start_ns, cpu_start_ns)) FROM steps))""").fetchall()[0][0]
+    return _instant(since, start), _instant(until, start)
+
+
+def _instant(text: str | None, start_ns: int | None) -> int | None:
+    import re
+    from datetime import datetime, timezone
+
+    from .errors import StallscopeError
+
+    if text is None:
+        return None
+    m = re.fullmatch(r"\+?\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|min|h)?", text.strip())
+    if m:
+        if start_ns is None:
+            raise StallscopeError(f"{text!r} is an offset, but the store has no timed requests or steps to start from")
+        unit = {"ms": 1e6, "s": 1e9, None: 1e9, "m": 60e9, "min": 60e9, "h": 3600e9}[m[2]]
+        return int(start_ns + float(m[1]) * unit)
+    try:
+        t = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise StallscopeError(f"bad time {text!r}: use an ISO time (2025-04-01T16:05:00Z) or an offset "
+                              f"into the store (90s, 5m, 1h)") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return int(t.timestamp()) * 1_000_000_000 + t.microsecond * 1000
+
+
+class stage_progress:  # noqa: N801 - used as a context manager
+    """A transient rich progress line naming the analysis stage, shown on a terminal once an analysis has run for
+    a couple of seconds (short ones print nothing extra)."""
+
+    DELAY_S = 2.0
+
+    def __init__(self):
+        import sys
+        import time
+
+        self._t0 = time.monotonic()
+        self._clock = time.monotonic
+        self._tty = sys.stderr.isatty()
+        self._prog = None
+        self._task = None
+        self._done = 0
+
+    def __enter__(self):
+        return self.stage
+
+    def stage(self, name: str) -> None:
+        if not self._tty:
+            return
+        if self._prog is None and self._clock() - self._t0 >= self.DELAY_S:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            from .analyze import _MATERIALISE
+
+            self._prog = Progress(TextColumn("analysing: {task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self._prog.start()
+            self._task = self._prog.add_task(name, total=len(_MATERIALISE) + 1, completed=self._done)
+        self._done += 1
+        if self._prog is not None:
+            self._prog.update(self._task, description=name, completed=self._done - 1)
+
+    def __exit__(self, *exc):
+        if self._prog is not None:
+            self._prog.stop()
+        return False
 
 
 def _fmt(v, digits=3):

@@ -177,7 +177,11 @@ def create(con, qs: dict[str, QueryDef], *, installed: frozenset[str] = frozense
 
 def materialise(con, names) -> None:
     """Compute the named views once: each becomes a view over a temp table holding its rows (in the order
-    given, so later ones read the earlier results instead of recomputing them)."""
+    given, so later ones read the earlier results instead of recomputing them). Views with an exact fast path
+    (stallscope.fastviews) are computed by it."""
+    from .fastviews import FAST
+
     for name in names:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{name} AS SELECT * FROM {name}")
+        if not (name in FAST and FAST[name](con, f"_m_{name}")):
+            con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{name} AS SELECT * FROM {name}")
         con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM _m_{name}")

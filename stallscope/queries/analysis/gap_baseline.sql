@@ -2,7 +2,7 @@
 -- the trace's decode-only step baseline (`step_baseline`, the last step ending at or before the gap's end,
 -- within one baseline of it); otherwise the median of all client gaps of the same run within
 -- `analysis_params.baseline_window_s` either side (most gaps are decode-only, so the median is one).
--- @depends client_gaps, step_baseline
+-- @depends client_gap_median, step_baseline
 -- @column source_id     INTEGER  The benchmark source.
 -- @column run_line      BIGINT   The run inside the benchmark source.
 -- @column request_id    VARCHAR  The request (the source's own id).
@@ -10,17 +10,9 @@
 -- @column baseline_ns   BIGINT   Expected decode-only gap at that moment, ns.
 -- @column basis         VARCHAR  `trace_steps` or `client_gaps_median`.
 CREATE OR REPLACE TEMP VIEW gap_baseline AS
-WITH med AS (
-    SELECT source_id, run_line, request_id, gap_index, end_ns,
-           median(gap_ns) OVER (PARTITION BY source_id, run_line ORDER BY end_ns
-               RANGE BETWEEN (SELECT CAST(baseline_window_s * 1e9 AS BIGINT) FROM analysis_params) PRECEDING
-                         AND (SELECT CAST(baseline_window_s * 1e9 AS BIGINT) FROM analysis_params) FOLLOWING) AS med_ns
-    FROM client_gaps),
-tr AS (
-    SELECT m.source_id, m.run_line, m.request_id, m.gap_index,
-           CASE WHEN m.end_ns - b.end_ns <= b.baseline_ns THEN b.baseline_ns END AS step_ns
-    FROM med m ASOF LEFT JOIN step_baseline b ON m.end_ns >= b.end_ns)
+-- One pass: each gap's window median with the last step baseline at or before its end (no join back).
 SELECT m.source_id, m.run_line, m.request_id, m.gap_index,
-       CAST(coalesce(tr.step_ns, m.med_ns) AS BIGINT) AS baseline_ns,
-       CASE WHEN tr.step_ns IS NOT NULL THEN 'trace_steps' ELSE 'client_gaps_median' END AS basis
-FROM med m JOIN tr USING (source_id, run_line, request_id, gap_index);
+       CAST(coalesce(CASE WHEN m.end_ns - b.end_ns <= b.baseline_ns THEN b.baseline_ns END, m.med_ns) AS BIGINT)
+           AS baseline_ns,
+       CASE WHEN m.end_ns - b.end_ns <= b.baseline_ns THEN 'trace_steps' ELSE 'client_gaps_median' END AS basis
+FROM client_gap_median m ASOF LEFT JOIN step_baseline b ON m.end_ns >= b.end_ns;

@@ -5,7 +5,7 @@
 -- other requests overlapping the gap (evidence `inferred`). Stalled decodes are the stalling step's
 -- generation requests when its annotation says, else the client requests decoding throughout the gap. Whatever excess prefill does not explain is `other` (preemption, host-bound steps,
 -- scheduler gaps, network).
--- @depends spikes, spike_prefill, spike_steps, request_prefill_windows, request_metrics
+-- @depends spikes, spike_prefill, spike_steps, spike_prefill_window_pairs, request_metrics
 -- @column spike_id            BIGINT   The spike.
 -- @column evidence            VARCHAR  `kernels`, `steps` or `inferred`.
 -- @column prefill_overlap_ns  BIGINT   Prefill time inside the gap, ns (NULL when the evidence cannot split it).
@@ -27,17 +27,38 @@ WITH st AS (
     FROM spike_steps GROUP BY spike_id),
 inf AS (
     SELECT spike_id, least(sum(ov), max(gap_ns)) AS ns FROM (
-        SELECT DISTINCT s.spike_id, s.gap_ns, w.window_start_ns, w.window_end_ns,
-               least(s.end_ns, w.window_end_ns) - greatest(s.start_ns, w.window_start_ns) AS ov
-        FROM spikes s JOIN request_prefill_windows w ON w.source_id = s.source_id AND w.run_line = s.run_line
-         AND w.window_start_ns < s.end_ns AND w.window_end_ns > s.start_ns AND w.request_id <> s.request_id
-        WHERE s.level = 'request')
+        SELECT DISTINCT spike_id, gap_ns, window_start_ns, window_end_ns,
+               least(end_ns, window_end_ns) - greatest(start_ns, window_start_ns) AS ov
+        FROM spike_prefill_window_pairs)
     GROUP BY spike_id),
 running AS (
-    SELECT s.spike_id, count(*) AS n
-    FROM spikes s JOIN request_metrics m ON m.source_id = s.source_id AND m.run_line = s.run_line
-     AND m.first_token_ns <= s.start_ns AND m.finish_ns >= s.end_ns
-    WHERE s.level = 'request' GROUP BY s.spike_id),
+    -- By one-second buckets, as in spike_prefill_window_pairs: a request decoding throughout a gap overlaps
+    -- its span, so the pair is met in the bucket where that overlap begins (spans over an hour: directly).
+    WITH sp AS (
+        SELECT spike_id, source_id, run_line, start_ns, end_ns, least(start_ns, end_ns) AS lo_ns,
+               least(start_ns, end_ns) // 1000000000 AS b0, greatest(start_ns, end_ns) // 1000000000 AS b1
+        FROM spikes WHERE level = 'request'),
+    rq AS (
+        SELECT source_id, run_line, first_token_ns, finish_ns, least(first_token_ns, finish_ns) AS lo_ns,
+               least(first_token_ns, finish_ns) // 1000000000 AS b0,
+               greatest(first_token_ns, finish_ns) // 1000000000 AS b1
+        FROM request_metrics WHERE first_token_ns IS NOT NULL AND finish_ns IS NOT NULL),
+    pairs AS (
+        SELECT s.spike_id FROM (SELECT *, unnest(range(b0, b1 + 1)) AS bucket FROM sp WHERE b1 - b0 <= 3600) s
+        JOIN (SELECT *, unnest(range(b0, b1 + 1)) AS bucket FROM rq WHERE b1 - b0 <= 3600) m
+          ON m.source_id = s.source_id AND m.run_line = s.run_line AND m.bucket = s.bucket
+        WHERE greatest(s.lo_ns, m.lo_ns) // 1000000000 = s.bucket
+          AND m.first_token_ns <= s.start_ns AND m.finish_ns >= s.end_ns
+        UNION ALL
+        SELECT s.spike_id FROM sp s JOIN rq m ON m.source_id = s.source_id AND m.run_line = s.run_line
+         AND m.first_token_ns <= s.start_ns AND m.finish_ns >= s.end_ns
+        WHERE m.b1 - m.b0 > 3600
+        UNION ALL
+        SELECT s.spike_id FROM (SELECT * FROM sp WHERE b1 - b0 > 3600) s
+        JOIN rq m ON m.source_id = s.source_id AND m.run_line = s.run_line
+         AND m.first_token_ns <= s.start_ns AND m.finish_ns >= s.end_ns
+        WHERE m.b1 - m.b0 <= 3600)
+    SELECT spike_id, count(*) AS n FROM pairs GROUP BY spike_id),
 a AS (
     SELECT s.spike_id, s.gap_ns, greatest(s.gap_ns - s.baseline_ns, 0) AS excess_ns,
            CASE WHEN st.spike_id IS NOT NULL AND st.split_known THEN 'kernels'

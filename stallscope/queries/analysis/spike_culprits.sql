@@ -7,7 +7,7 @@
 -- spent beyond the previous decode-only step's attention time. Without one: other
 -- requests of the same run whose inferred prefill window (`request_prefill_windows`) overlaps the gap,
 -- ranked by overlap (evidence `inferred`).
--- @depends spikes, spike_steps, prefill_parts, request_prefill_windows, kernel_phase, step_phase
+-- @depends spikes, spike_steps, prefill_parts, spike_prefill_window_pairs, kernel_phase, step_phase
 -- @column spike_id        BIGINT   The spike.
 -- @column rank            BIGINT   1 = the culprit with the most prefill time in the gap (ties: the longer prompt).
 -- @column source_id       INTEGER  Source of the culprit request (its benchmark file).
@@ -64,13 +64,11 @@ traced AS (
                                       AND pp.request_id <> s.request_id)))
     GROUP BY ALL),
 inferred AS (
-    SELECT s.spike_id, w.source_id, w.run_line, w.request_id, w.report_id, w.prompt_tokens,
-           least(s.end_ns, w.window_end_ns) - greatest(s.start_ns, w.window_start_ns) AS overlap_ns,
+    SELECT spike_id, source_id, run_line, request_id, report_id, prompt_tokens,
+           least(end_ns, window_end_ns) - greatest(start_ns, window_start_ns) AS overlap_ns,
            'inferred' AS evidence, CAST([] AS BIGINT[]) AS open_groups
-    FROM spikes s
-    JOIN request_prefill_windows w ON w.source_id = s.source_id AND w.run_line = s.run_line
-     AND w.window_start_ns < s.end_ns AND w.window_end_ns > s.start_ns AND w.request_id <> s.request_id
-    WHERE s.level = 'request' AND s.spike_id NOT IN (SELECT spike_id FROM spike_steps)),
+    FROM spike_prefill_window_pairs
+    WHERE spike_id NOT IN (SELECT spike_id FROM spike_steps)),
 allc AS (SELECT * FROM traced UNION ALL SELECT * FROM inferred),
 ranked AS (
     SELECT spike_id, -- Equal overlaps (inferred windows that each span the whole gap) go to the longer prompt: more
