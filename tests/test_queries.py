@@ -45,12 +45,12 @@ def test_views_work_on_a_read_only_store(tmp_path):
 def test_user_phase_rules_override_builtins(traces_store):
     s = traces_store
     sqlviews.install(s.con)
-    before = s.sql("SELECT rule_id FROM kernel_rule WHERE name LIKE '%paged_attention_ll4mi%' LIMIT 1").item()
+    before = s.sql("SELECT rule_id FROM _kernel_rule WHERE name LIKE '%paged_attention_ll4mi%' LIMIT 1").item()
     assert before == "unified_attention_shared"
     s.con.execute("INSERT INTO phase_rules VALUES ('my_ll4mi', 1, 'paged_attention_ll4mi', 'decode', 'attention', "
                   "'user rule', false)")
     try:
-        after = s.sql("SELECT rule_id, phase FROM kernel_rule WHERE name LIKE '%paged_attention_ll4mi%' LIMIT 1").row(0)
+        after = s.sql("SELECT rule_id, phase FROM _kernel_rule WHERE name LIKE '%paged_attention_ll4mi%' LIMIT 1").row(0)
         assert after == ("my_ll4mi", "decode")
     finally:
         s.con.execute("DELETE FROM phase_rules WHERE rule_id = 'my_ll4mi'")
