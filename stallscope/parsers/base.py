@@ -21,8 +21,13 @@ FAST_LANES_ENV = "STALLSCOPE_FAST_LANES"
 # giving exactly what the parser's generic path gives for the lines it takes. False sends every line the generic
 # way: slower, same store, which is what the equality tests (tests/test_*_fast*.py, test_sglang_lean.py) and
 # bench/compare_ingest.py check. STALLSCOPE_FAST_LANES=0 turns them off for a process; tests use `fast_lanes`.
-# Parsers read it as `base.FAST_LANES` at parse time (an imported copy would not follow the switch).
+# Parsers ask `fast_lanes_on()` at parse time (an imported copy of the flag would not follow the switch).
 FAST_LANES = os.environ.get(FAST_LANES_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def fast_lanes_on() -> bool:
+    """Whether the parsers take their fast lanes now (FAST_LANES)."""
+    return FAST_LANES
 
 
 @contextmanager

@@ -39,8 +39,8 @@ import re
 import numpy as np
 import polars as pl
 
-from . import base, tgi_log_patterns
-from .base import InputFile, ParseContext, Parser
+from . import tgi_log_patterns
+from .base import InputFile, ParseContext, Parser, fast_lanes_on
 from .logrecords import (ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
                          note_rows, BufferedWrites, collapse, record_lines, span_of_times,
                          trim_trailing_blanks, with_body, write_config)
@@ -120,7 +120,7 @@ def _fast_kind(df: pl.DataFrame) -> pl.Series:
     FAST_RADIX: a timed head (one space after the level, so the rest starts with the target), no other
     `: text_generation_`, the message P_RADIX: a one-line record, one `prefix_match` event.
     """
-    if not base.FAST_LANES or df.height == 0:
+    if not fast_lanes_on() or df.height == 0:
         return pl.Series("kind", [None] * df.height, dtype=pl.UInt8)
     t = pl.col("t")
     df = df.select(t, t.str.find(": text_generation_", literal=True).alias("_p"), t.str.len_bytes().alias("_n"),
@@ -273,7 +273,7 @@ def _timings(req: pl.DataFrame) -> list[pl.Series]:
     n = req.height
     names = list(DURATION_KEYS) + ["seed"]
     fast = pl.Series("fast", [False] * n, dtype=pl.Boolean)
-    if base.FAST_LANES and n:
+    if fast_lanes_on() and n:
         jk = req.select(f, f.str.find(_TIMING_START).alias("_j"), f.str.find(_TIMING_LIKE).alias("_k"))
         j = pl.col("_j")
         tail = f.cast(pl.Binary).bin.slice(j + 1).cast(pl.String)
@@ -601,7 +601,7 @@ def _fast_frames(fast: pl.DataFrame | None):
     fsucc = frad = plain = None
     if (kind == FAST_SUCCESS).any():
         fsucc = fast.filter(kind == FAST_SUCCESS)
-        if base.FAST_LANES:
+        if fast_lanes_on():
             *plain, mask = _plain_success(fsucc)
             fsucc = fsucc.filter(~mask)
     if fsucc is not None and fsucc.height:
