@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DEMO_DB ?= demo.duckdb
 DEMO ?= sample_traces/unchunked-long-prompt-stall
 
-.PHONY: demo test venv dev docs bench clean capture-demo capture-fit chromium
+.PHONY: demo test test-fast venv dev docs bench clean capture-demo capture-fit chromium
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -52,6 +52,14 @@ capture-fit: dev
 # else through sudo); when it cannot be had the browser test fails, it is never skipped.
 test: dev chromium
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+# Everyday work: the suite without the tests marked slow or needing an extra (torch, Ray, chromium) or fuzzing
+# (pyproject.toml lists the markers); it still reads every parser's real samples, runs the analysis views and the CLI.
+# Needs only the test dependencies, so from a clean clone it installs neither torch nor Ray.
+FAST_TESTS ?= not (slow or capture or fleet or browser or fuzz)
+test-fast: $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "$(FAST_TESTS)"
 
 chromium:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \

@@ -17,6 +17,8 @@ import pytest
 
 from helpers import cli
 
+pytestmark = pytest.mark.slow
+
 SLO = "ttft=2s,itl=200ms"
 REPLICAS = 17  # 16 that analyse, the last one corrupt
 INCIDENT_TOKENS = 6144  # the simulated fleet's long prompts (stallscope/fleet/simulate.py)
@@ -291,6 +293,7 @@ def test_several_windows_average_the_window_sums(fleet, tmp_path):
         assert r["requests_total"] == before[r["replica"]]["requests_total"] * r["windows"]
 
 
+@pytest.mark.browser
 def test_html_opens_cleanly_in_headless_chromium(fleet):
     """The page as a reader's browser sees it: nothing runs, nothing loads, both figures decode."""
     import os
