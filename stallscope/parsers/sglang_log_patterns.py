@@ -1,5 +1,6 @@
-"""The SGLang log formats as data: every regex the SGLang log parser (sglang_log.py) applies, next to real lines it must
-read, and the batch-line field keys the formats print.
+"""The SGLang log formats as data: the named regexes the SGLang log parser (sglang_log.py) reads records with, next to
+real lines they must read, and the batch-line field keys the formats print (the sniffing regexes and the lean
+lane's offset tests stay beside their code).
 
 Each pattern's `doc` says what text the parser feeds it. Samples come verbatim from the fixtures under
 ../shared/real/sglang/ (see ../shared/real/SOURCES.md); a format no fixture shows carries a sample without a `source`

@@ -1,4 +1,5 @@
-"""The TGI log formats as data: every regex the TGI log parser (tgi_log.py) applies, next to real lines it must read.
+"""The TGI log formats as data: the named regexes the TGI log parser (tgi_log.py) reads records with, next to real
+lines they must read (the sniffing regexes and a few literal-led search fragments stay beside their code).
 
 Each pattern's `doc` says what text the parser feeds it and on which path (the generic record path, or a fast lane
 that reads lines by their layout). Samples come verbatim from the fixtures under ../shared/real/tgi/ (see
