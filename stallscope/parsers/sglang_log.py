@@ -50,6 +50,7 @@ from .base import InputFile, ParseContext, Parser, fast_lanes_on
 from .logtime import check_zone, full_date_ns
 from .prefixes import unwrap_text
 from .sglang_log_patterns import (CORE_KEYS, FINISH_FIELDS, KNOWN_KEYS, NEW_KEY, PLAIN_VALUE_RX, P_ACCESS, P_BATCH,
+                                  P_BATCH_LEAD, P_LEAD_ONLY, P_LEAN_ACCESS, P_LEAN_HEAD,
                                   P_CFG_PAIR, P_FINISH, P_HEAD, P_KV_GRAMMAR, P_OLD_PREFILL, P_SCHED_CFG,
                                   P_SERVER_ARGS_PAIR, P_SUMMARY, P_TQDM, RANK_TAGS, TERMINAL_KEYS, TQDM_DEBRIS,
                                   VALUE_RX, kv_grammar, rx_escape)
@@ -135,11 +136,7 @@ def sniff_sglang(head: bytes) -> tuple[str, float] | None:
 # Parsing
 # =====================================================================================================================
 
-_TS_RX = r"(?P<ts>(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)"
-# The common head, anchored at the line start: cheap. P_HEAD (prefixes, debris) runs only where it fails.
-_FAST_LEAD = r"^(?P<lead>\[" + _TS_RX + r"(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\](?: |$))"
 _HEAD_SLICE = 120
-_LEAD_ONLY = r"^\[" + _TS_RX + r"(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\]$"
 # P_HEAD up to the head's `]` (`pre`), then its space or the line's end: the same match (a line holds no newline, so
 # `(?: (?P<msg>.*))?$` holds exactly where this does) without a capture over the whole message (slow per byte); the
 # message is the rest of the line after `pre` and its space.
@@ -163,7 +160,7 @@ def _prepare(df: pl.DataFrame) -> pl.DataFrame:
                                        | ((close <= _HEAD_SLICE - 1) & (t.str.len_bytes() == close + 1))))
     df = df.with_columns(pl.when(whole).then(t.str.head(close + 1)).alias("_lead"), close.alias("_c"))
     heads = df.select(pl.col("_lead").drop_nulls().unique())
-    g = pl.col("_lead").str.extract_groups(_LEAD_ONLY)
+    g = pl.col("_lead").str.extract_groups(P_LEAD_ONLY.regex)
     heads = heads.select("_lead", g.struct.field("ts").alias("ts"), g.struct.field("ranks").alias("ranks")
                          ).filter(pl.col("ts").is_not_null())
     df = df.join(heads, on="_lead", how="left", maintain_order="left")
@@ -217,12 +214,6 @@ def _flag(df: pl.DataFrame) -> pl.DataFrame:
 # lines by their quotes. `_lean_frames` keeps them beside the generic records of the same stretch of the file, for
 # the start flags (the line after a one-line record starts one) and the times untimed records inherit.
 _LK_ACCESS = 5  # `_lk` of a lean access line; 1-4 are the batch labels of _FAST_LABELS
-# A plain dated head in ASCII (its characters are bytes, so `str.find` offsets are character offsets too).
-_LEAN_HEAD = (r"^\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{3})?(?: (?:" + RANK_TAGS
-              + r")[0-9]+)*\]$")
-# An access line P_ACCESS reads whole, with client, method, path and version free of spaces and quotes (so the
-# line's first `"` opens the request and its second closes it) and ASCII digits in the status.
-_LEAN_ACCESS = r'^\[[^\]]*\] INFO: +[!#-~]+ - "[A-Z]+ [!#-~]+ HTTP/[0-9.]+"(?: [0-9]{3}(?: .*)?)?$'
 _LEAN_ODD = r"\x1b|across cluster\]"
 # What the generic path keeps of a line (`_prepare`), and what the lean lane does.
 _REST_COLS = ["line_no", "wrap", "t", "dedup", "ts", "ranks", "process", "debris", "msg1", "blank", "cat", "_pl"]
@@ -233,10 +224,10 @@ _LEAN_COLS = ["line_no", "t", "_c", "_lk", "ts_ff", "_ms", "ranks", "tp_rank", "
 def _lean_heads(leads: pl.Series, tz: str) -> pl.DataFrame:
     """Per distinct head text of the lean candidates: what `_prepare` and `_times` read from it (time, rank tags,
     and the rank columns and `process` the batch and access readers derive), for plain dated heads in ASCII that
-    give a time; other heads are left out (their lines take the generic path). A head `_LEAN_HEAD` holds has its
+    give a time; other heads are left out (their lines take the generic path). A head `P_LEAN_HEAD` holds has its
     fields at known offsets (`[YYYY-MM-DD HH:MM:SS(.mmm)( TAGn)*]`): read by slicing (a real log has thousands of
     distinct heads per frame: no capture runs over them)."""
-    u = pl.DataFrame({"_lead": leads.drop_nulls().unique()}).filter(pl.col("_lead").str.contains(_LEAN_HEAD))
+    u = pl.DataFrame({"_lead": leads.drop_nulls().unique()}).filter(pl.col("_lead").str.contains(P_LEAN_HEAD.regex))
     h = pl.col("_lead")
     u = u.with_columns((h.str.slice(20, 1) == ".").alias("_ms_f"))
     ms = pl.col("_ms_f")
@@ -282,7 +273,7 @@ def _lean_prepare(tz: str):
         ia = np.flatnonzero(k["_a"].to_numpy())
         if len(ia):
             # The access regex runs only on lines that start like one.
-            lk[ia[d["text"].gather(ia).str.contains(_LEAN_ACCESS).to_numpy()]] = _LK_ACCESS
+            lk[ia[d["text"].gather(ia).str.contains(P_LEAN_ACCESS.regex).to_numpy()]] = _LK_ACCESS
         d = d.select("line_no", "text", "_c", pl.Series("_lk", lk, dtype=pl.Int8))
         d = d.with_columns(pl.when(pl.col("_lk") > 0).then(t.str.head(c + 1)).alias("_lead"))
         d = d.join(_lean_heads(d["_lead"], tz), on="_lead", how="left", maintain_order="left")
@@ -453,9 +444,6 @@ def _search_field(kv: pl.Expr, key: str, value_rx: str = PLAIN_VALUE_RX) -> pl.E
     return kv.str.extract(rf"{lead}{rx_escape(key)}: ({value_rx})(?:, |$)", 1)
 
 
-# The label of a batch line (P_BATCH without its fields), matched on the line's first characters.
-_BATCH_LEAD = (r"^(?P<lead>(?:\[gpu_id=(?P<gpu>\d+)\] )?(?P<label>Prefill batch|Decode batch)(?: \[(?P<iter>\d+)\])?"
-               r"(?:\(mixed #running-req: (?P<mixed>\d+)\))?[.,] )")
 
 
 def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _State) -> int:
@@ -723,7 +711,7 @@ def _generic_batches(ctx: ParseContext, lines: pl.DataFrame, b: pl.DataFrame, st
     m = pl.col("msg1")
     # The label is read off the line's first characters only; the fields are the rest (a capture over the whole
     # line costs a pass over all its bytes).
-    b = b.with_columns(m.str.slice(0, 96).str.extract_groups(_BATCH_LEAD).alias("_g")).with_columns(
+    b = b.with_columns(m.str.slice(0, 96).str.extract_groups(P_BATCH_LEAD.regex).alias("_g")).with_columns(
         m.str.slice(pl.col("_g").struct.field("lead").str.len_chars()).alias("_kv"))
     g = pl.struct(*[pl.col("_g").struct.field(k) for k in ("gpu", "label", "iter", "mixed")], pl.col("_kv").alias("kv"))
     # The 0.1.x prefill layout is rare: run its regex only when such a line is there.
@@ -962,7 +950,7 @@ def _lean_batches(ctx: ParseContext, lean: pl.DataFrame, st: _State) -> int:
 
 
 def _lean_access(ctx: ParseContext, lean: pl.DataFrame) -> int:
-    """log_events rows of lean access lines (`_LEAN_ACCESS`): the request is between the line's first two quotes,
+    """log_events rows of lean access lines (`P_LEAN_ACCESS`): the request is between the line's first two quotes,
     the status right after them; the same values `_access` reads with P_ACCESS."""
     a = lean.filter(pl.col("_lk") == _LK_ACCESS)
     if a.height == 0:

@@ -218,5 +218,41 @@ P_TQDM = Pattern(
     doc="A tqdm progress bar (a line holding one is noise; glued in front of a head it is stripped as debris).",
 )
 
+# -- the lean lane and the batch reader's lead (polars, on the raw line or the message) ------------------------------
+P_LEAN_HEAD = Pattern(
+    "sglang_lean_head",
+    r"^\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{3})?(?: (?:" + RANK_TAGS + r")[0-9]+)*\]$",
+    (Sample("[2024-11-29 10:28:25 TP0]", {}, _F_CHUNK), Sample("[2026-07-21 15:00:13 TP0 EP0]", {}, _F_NPU),
+     Sample("[2025-05-14 09:31:43]", {}, _F_UVICORN)),
+    doc="Lean lane (capture-free), on a line's text up to its first `]`: a plain dated head in ASCII (its characters "
+        "are bytes, so `str.find` offsets are character offsets too); its fields sit at known offsets.",
+)
+P_LEAN_ACCESS = Pattern(
+    "sglang_lean_access",
+    r'^\[[^\]]*\] INFO: +[!#-~]+ - "[A-Z]+ [!#-~]+ HTTP/[0-9.]+"(?: [0-9]{3}(?: .*)?)?$',
+    (Sample('[2025-05-14 09:31:43] INFO:     127.0.0.1:20504 - "POST /v1/completions HTTP/1.1" 200 OK', {}, _F_UVICORN),),
+    doc="Lean lane (capture-free), on the raw line: an access line P_ACCESS reads whole, with client, method, path and "
+        "version free of spaces and quotes (so the line's first `\"` opens the request and its second closes it) "
+        "and ASCII digits in the status.",
+)
+P_LEAD_ONLY = Pattern(
+    "sglang_lead_only",
+    r"^\[(?P<ts>(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\]$",
+    (Sample("[2024-11-29 10:28:25 TP0]", {"ts": "2024-11-29 10:28:25", "ranks": " TP0"}, _F_CHUNK),
+     Sample("[04:40:55 TP0]", {"ts": "04:40:55", "ranks": " TP0"}, _F_HHMMSS)),
+    doc="Generic path, per distinct head text up to its `]`: P_HEAD's time and rank tags where nothing precedes the "
+        "head (most lines); P_HEAD itself runs only where this fails.",
+)
+P_BATCH_LEAD = Pattern(
+    "sglang_batch_lead",
+    r"^(?P<lead>(?:\[gpu_id=(?P<gpu>\d+)\] )?(?P<label>Prefill batch|Decode batch)(?: \[(?P<iter>\d+)\])?"
+    r"(?:\(mixed #running-req: (?P<mixed>\d+)\))?[.,] )",
+    (Sample("Prefill batch. #new-seq: 2, #new-token: 2048", {"lead": "Prefill batch. ", "label": "Prefill batch"},
+            _F_CHUNK),
+     Sample("Decode batch, #running-req: 24", {"label": "Decode batch", "gpu": None}, _F_NPU)),
+    doc="The batch reader, on a batch message's first characters: its label (P_BATCH without its fields).",
+)
+
 PATTERNS = [P_HEAD, P_BATCH, P_OLD_PREFILL, P_OLD_DECODE, P_KV_GRAMMAR, P_LAST_FIELD, P_ACCESS, P_SERVER_ARGS_PAIR,
-            P_SCHED_CFG, P_CFG_PAIR, P_FINISH, P_SUMMARY, P_TQDM] + [p for _, p in FINISH_FIELDS]
+            P_SCHED_CFG, P_CFG_PAIR, P_FINISH, P_SUMMARY, P_TQDM, P_LEAN_HEAD, P_LEAN_ACCESS, P_LEAD_ONLY,
+            P_BATCH_LEAD] + [p for _, p in FINISH_FIELDS]
