@@ -15,6 +15,9 @@ if TYPE_CHECKING:  # pragma: no cover
     import duckdb
 
 GZIP_MAGIC = b"\x1f\x8b"
+RAW_MAX = 512  # characters of a rejected record kept in `rejects.raw`
+ROW_GROUP_ROWS = 122_880  # DuckDB's row group size
+
 FAST_LANES_ENV = "STALLSCOPE_FAST_LANES"
 # The one switch for every parser's fast lanes: the readers that take most lines of a big file by their layout
 # (vLLM's envelope and prompt-id lanes, SGLang's lean and batch-layout lanes, TGI's Success and radix lanes), each
@@ -39,8 +42,6 @@ def fast_lanes(on: bool) -> Iterator[None]:
         yield
     finally:
         FAST_LANES = before
-RAW_MAX = 512  # characters of a rejected record kept in `rejects.raw`
-ROW_GROUP_ROWS = 122_880  # DuckDB's row group size
 
 
 @dataclass
