@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DEMO_DB ?= demo.duckdb
 DEMO ?= sample_traces/unchunked-long-prompt-stall
 
-.PHONY: demo test test-fast venv dev docs bench clean capture-demo capture-fit chromium
+.PHONY: demo test test-fast lint venv dev docs bench clean capture-demo capture-fit chromium
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -51,6 +51,7 @@ capture-fit: dev
 # The whole test suite, on both cores (one file per worker at a time: module fixtures are built once). The report's browser test needs Debian's chromium: installed here when missing (as root,
 # else through sudo); when it cannot be had the browser test fails, it is never skipped.
 test: dev chromium
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # Everyday work: the suite without the tests marked slow or needing an extra (torch, Ray, chromium) or fuzzing
@@ -61,6 +62,10 @@ FAST_TESTS ?= not (slow or capture or fleet or browser or fuzz)
 test-fast: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test]'
 	STALLSCOPE_ALLOW_NO_TORCH=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile -m "$(FAST_TESTS)"
+
+# The layers and the other import contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md).
+lint: dev
+	$(BIN)/lint-imports --no-cache
 
 chromium:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
@@ -77,4 +82,5 @@ bench: dev
 	$(BIN)/python bench/bench_kineto.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info $(DEMO_DB) demo-analysis.json demo-report .pytest_cache $(CAPTURE_DEMO)
+	rm -rf $(VENV) build dist *.egg-info $(DEMO_DB) demo-analysis.json demo-report .pytest_cache $(CAPTURE_DEMO) \
+	  .grimp_cache .import_linter_cache

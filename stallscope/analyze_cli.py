@@ -10,30 +10,6 @@ from rich.console import Console
 from rich.table import Table
 
 
-def register(app: typer.Typer) -> None:
-    app.command("analyze")(analyze_cmd)
-
-
-def open_store(paths, db, year, tz):
-    """The store a command reads: `paths` ingested into a fresh in-memory store (or into --db), else --db read-only.
-    Shared by analyze, recommend and report; files that fail are one line each on stderr."""
-    from .errors import StallscopeError
-    from .parsers import Options as IngestOptions
-    from .store import DEFAULT_DB, Store
-
-    if not paths:
-        return Store(db or DEFAULT_DB, read_only=True)
-    store = Store(db or ":memory:")
-    report = store.ingest(paths, options=IngestOptions(year=year, tz=tz))
-    for r in report:
-        if not r.ok:
-            typer.echo(f"error: {r.message}", err=True)
-    if not any(r.ok for r in report):
-        store.close()
-        raise StallscopeError("nothing could be ingested")
-    return store
-
-
 def analyze_cmd(
         paths: Optional[list[Path]] = typer.Argument(None, help="Input files or directories: ingested into a fresh "
                                                                 "store first (or into --db when given)."),
@@ -50,6 +26,7 @@ def analyze_cmd(
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
     """Find decode-gap spikes, attribute them to prefill work, and measure goodput and what interference cost."""
     from .analyze import Options, analyze, parse_slo
+    from .ingest.stores import open_store
 
     opts = Options(slo=parse_slo(slo), attainment=attainment, spike_k=spike_k, report_views=False)
     if recommend:

@@ -1,4 +1,5 @@
-"""The `stallscope` command line: ingest, sources, sql, steps (and the commands later issues add)."""
+"""The `stallscope` command line, the package's main face: ingest, sources, sql and steps here, and every other
+command (analyze, recommend, report, export, simulate, capture, fleet) registered from its face module below."""
 from __future__ import annotations
 
 import os
@@ -12,7 +13,13 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
+from .analyze_cli import analyze_cmd
+from .capture.cli import capture_cmd
 from .errors import StallscopeError
+from .fleet.cli import fleet_app
+from .recommend.cli import recommend_cmd
+from .report.cli import export_app, report_cmd
+from .simulate.cli import simulate_cmd
 from .store import DEFAULT_DB, Store
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -188,25 +195,17 @@ def steps(db: str = DbOpt, limit: int = typer.Option(50, help="Rows to show (0 =
     _print_df(df, "steps")
 
 
-# Commands contributed by other parts of the package: each module defines `register(app)`.
-_COMMAND_MODULES = ("stallscope.simulate.cli", "stallscope.analyze_cli", "stallscope.recommend.cli",
-                    "stallscope.capture.cli", "stallscope.report.cli", "stallscope.fleet.cli")
-
-
-def _register_plugins() -> None:
-    import importlib
-
-    for name in _COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name != name:  # the module exists but something it imports is missing: a real error
-                raise
-            continue
-        mod.register(app)
-
-
-_register_plugins()
+# The commands of the other faces, registered here by plain imports: this list and the @app.command functions
+# above are every command there is (a face module that fails to import fails the CLI at once). Optional extras
+# (torch for capture, ray for `fleet run --engine ray`) are imported inside their commands, which say how to
+# install them. The order is the --help order.
+app.command("simulate")(simulate_cmd)
+app.command("analyze")(analyze_cmd)
+app.command("recommend")(recommend_cmd)
+app.command("capture")(capture_cmd)
+app.command("report")(report_cmd)
+app.add_typer(export_app, name="export")  # export perfetto
+app.add_typer(fleet_app, name="fleet")    # fleet run, fleet simulate, fleet report
 
 
 def _print_df(df, title: str | None) -> None:

@@ -80,6 +80,9 @@ def parse(name: str, text: str) -> QueryDef:
 # are installed only on a lake connection (stallscope.fleet.rollup), never by `install`.
 REPORT_PREFIX = "report_"
 FLEET_PREFIX = "fleet_"
+# The Perfetto export's views (queries/export/export_*.sql) are installed by the export alone (`install_export`):
+# binding them costs about a second that no analysis should pay.
+EXPORT_PREFIX = "export_"
 
 
 def all_queries(*, fleet: bool = False) -> dict[str, QueryDef]:
@@ -109,7 +112,7 @@ def _sql_files(folder):
             yield f
 
 
-def _order(qs: dict[str, QueryDef]) -> list[QueryDef]:
+def _order(qs: dict[str, QueryDef], installed: frozenset[str] = frozenset()) -> list[QueryDef]:
     done: list[QueryDef] = []
     seen: set[str] = set()
 
@@ -120,6 +123,8 @@ def _order(qs: dict[str, QueryDef]) -> list[QueryDef]:
             raise ValueError(f"dependency cycle: {' -> '.join(stack + (n,))}")
         for d in qs[n].depends:
             if d not in qs:
+                if d in installed:  # already on the connection (the report's and the export's views read the analysis')
+                    continue
                 raise ValueError(f"{n}.sql depends on unknown {d}")
             visit(d, stack + (n,))
         seen.add(n)
@@ -160,14 +165,22 @@ def install(con, *, report: bool = True, **params) -> dict[str, QueryDef]:
     (~1.2 s of ~2 s), paid by every CLI analysis and every fleet shard; `install_report` adds them later."""
     set_params(con, **params)
     qs = all_queries()
-    create(con, qs if report else {n: q for n, q in qs.items() if not _concept_name(n).startswith(REPORT_PREFIX)})
+    create(con, {n: q for n, q in qs.items() if not _concept_name(n).startswith(EXPORT_PREFIX)
+                 and (report or not _concept_name(n).startswith(REPORT_PREFIX))})
     return qs
 
 
 def install_report(con) -> None:
     """Create the `report_*` views on a connection that has the others (after `install(report=False)`), keeping
     its parameters and whatever was materialised."""
-    create(con, {n: q for n, q in all_queries().items() if _concept_name(n).startswith(REPORT_PREFIX)})
+    qs = all_queries()
+    create(con, {n: q for n, q in qs.items() if _concept_name(n).startswith(REPORT_PREFIX)}, installed=frozenset(qs))
+
+
+def install_export(con) -> None:
+    """Create the Perfetto export's `export_*` views on a connection that has the analysis views (after `install`)."""
+    qs = all_queries()
+    create(con, {n: q for n, q in qs.items() if _concept_name(n).startswith(EXPORT_PREFIX)}, installed=frozenset(qs))
 
 
 def has_report_views(con) -> bool:
@@ -175,9 +188,10 @@ def has_report_views(con) -> bool:
                 .fetchall()[0][0])
 
 
-def create(con, qs: dict[str, QueryDef]) -> None:
-    """Create the given views and macros on `con`, each after the ones it depends on."""
-    for q in _order(qs):
+def create(con, qs: dict[str, QueryDef], *, installed: frozenset[str] = frozenset()) -> None:
+    """Create the given views and macros on `con`, each after the ones it depends on (`installed`: the names
+    already on the connection that they may also depend on)."""
+    for q in _order(qs, installed):
         con.execute(q.sql)
 
 

@@ -1,9 +1,12 @@
-"""The DuckDB store: one file (or :memory:) holding every canonical table; the notebook API's entry point."""
+"""The DuckDB store: one file (or :memory:) holding every canonical table, read through SQL and polars.
+
+The bottom of the data path: it knows the schema, not the parsers. Ingesting files into a store is the ingest
+layer's job (stallscope.ingest); the notebook API (`stallscope.open`, stallscope/__init__.py) adds it as a method."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import duckdb
 import polars as pl
@@ -38,7 +41,8 @@ def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnect
 
 
 class Store:
-    """A stallscope store. `stallscope.open("x.duckdb")`; `s.table(...)`, `s.sql(...)` return polars DataFrames."""
+    """A stallscope store: `s.table(...)`, `s.sql(...)` return polars DataFrames (`stallscope.open` gives the
+    notebook's Store, which also ingests)."""
 
     def __init__(self, path: str | Path = DEFAULT_DB, *, read_only: bool = False):
         self.path = str(path)
@@ -60,14 +64,6 @@ class Store:
             raise StallscopeError(f"no table or view named {name!r}; tables: {', '.join(TABLES)}")
         return self.sql(f'SELECT * FROM "{name}"')
 
-    def ingest(self, paths: str | Path | Iterable[str | Path], **kwargs):
-        """Ingest files or directories, as `stallscope ingest` does; returns one result per file."""
-        from .ingest.orchestrate import ingest_paths
-
-        if isinstance(paths, (str, Path)):
-            paths = [paths]
-        return ingest_paths(self, [Path(p) for p in paths], **kwargs)
-
     def sources(self) -> pl.DataFrame:
         return self.sql("SELECT * FROM sources ORDER BY source_id")
 
@@ -87,7 +83,3 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({self.path!r})"
-
-
-def open(path: str | Path = DEFAULT_DB, *, read_only: bool = False) -> Store:  # noqa: A001 - notebook API name
-    return Store(path, read_only=read_only)

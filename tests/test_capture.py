@@ -85,9 +85,14 @@ def chunked(captures):
 
 
 def _itl(run) -> tuple[float, float]:
-    """(p99, max) of the client-side inter-token gaps, ms, as the store holds them."""
-    p99, worst = run["store"].sql("SELECT quantile_cont(gap_ns, 0.99) / 1e6, max(gap_ns) / 1e6 FROM token_gaps").row(0)
-    return p99, worst
+    """(stall time, max) of the client-side inter-token gaps, ms, as the store holds them. The stall time is what
+    the gaps above 10x the median gap add beyond that: a p99 is no measure here, since the few long prefills stall
+    well under 1 % of the gaps and scheduling jitter on a loaded machine sets the p99 of both runs alike."""
+    stall, worst = run["store"].sql("""
+        WITH m AS (SELECT median(gap_ns) AS med FROM token_gaps)
+        SELECT coalesce(sum(gap_ns - 10 * med) FILTER (WHERE gap_ns > 10 * med), 0) / 1e6, max(gap_ns) / 1e6
+        FROM token_gaps, m""").row(0)
+    return stall, worst
 
 
 def test_all_three_files_ingest_with_zero_rejects(unchunked, chunked):
@@ -174,7 +179,7 @@ def test_analyze_finds_the_long_prefill_stalls_unchunked_and_fewer_smaller_ones_
     long_culprits = {s["culprits"][0]["request_id"] for s in us if s["culprits"]
                      and s["culprits"][0]["prompt_tokens"] == LONG}
     assert len(long_culprits) >= 2          # the incident's long prompts, each named as a stall's top culprit
-    # chunked with a small budget: fewer strong stalls, a smaller worst gap and a lower p99 ITL
+    # chunked with a small budget: fewer strong stalls, a smaller worst gap and less stall time in the ITL tail
     why = f"unchunked {unchunked['summary']}, chunked {chunked['summary']}"
     # Count the strong stalls (a gap of 10x or more its own decode baseline): every chunked step carries a small
     # chunk, so on a loaded machine scheduling jitter alone makes many 3-4x "spikes" there; a ratio to each
@@ -184,8 +189,8 @@ def test_analyze_finds_the_long_prefill_stalls_unchunked_and_fewer_smaller_ones_
     assert len(strong(cs)) < len(strong(us)), why
     c_worst = max((s["gap_ms"] for s in cs), default=0.0)
     assert c_worst < worst["gap_ms"], why
-    (u_p99, u_max), (c_p99, c_max) = _itl(unchunked), _itl(chunked)
-    assert c_p99 < u_p99 and c_max < u_max, why
+    (u_stall, u_max), (c_stall, c_max) = _itl(unchunked), _itl(chunked)
+    assert c_stall < u_stall and c_max < u_max, why
     assert abs(u_max - worst["gap_ms"]) < 0.01    # the worst client gap is the worst spike
 
 

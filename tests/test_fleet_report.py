@@ -69,7 +69,7 @@ def test_fleet_goodput_is_the_sum_over_the_shards_in_the_lake(fleet):
 def test_shard_goodput_matches_an_independent_analyze_of_that_shard(fleet):
     """The rollup's per-replica goodput equals `analyze` of the replica's files alone, in a store of their own."""
     from stallscope.analyze import Options, analyze, parse_slo
-    from stallscope.store import Store
+    from stallscope import Store
 
     by_replica = {r["replica"]: r for r in fleet["f"]["replicas"]}
     total = 0.0

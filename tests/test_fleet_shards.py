@@ -224,7 +224,7 @@ def test_an_object_store_source_through_fsspec_with_windows(tmp_path):
     from stallscope.analyze import Options, analyze, parse_slo
     from stallscope.fleet.execute import RunOptions, run_fleet
     from stallscope.fleet.simulate import simulate_fleet
-    from stallscope.store import Store
+    from stallscope import Store
 
     (rep,) = simulate_fleet(tmp_path / "src", 1, windows=2, traced=0, duration_s=2.0)
     mem = fsspec.filesystem("memory")

@@ -1,5 +1,6 @@
 """Wrapper prefixes (parsers/prefixes.py): the table's samples, and every real log read through Ray, docker compose,
-kubectl and journald wrappers gives the tables the bare log gives (but for the wrapper's own `process` name), with
+kubectl, journald, `docker logs --timestamps` and CloudWatch wrappers gives the tables the bare log gives (but for
+the wrapper's own `process` name), with
 the counts an independent grep of the wrapped file gives."""
 from __future__ import annotations
 
@@ -39,6 +40,12 @@ WRAPPERS = {
     "compose": (lambda i: "\x1b[36mengine-1      |\x1b[0m ", "engine-1"),
     "kubectl": (lambda i: "[pod/engine-7d9f8b-x2x4q/server] ", "pod/engine-7d9f8b-x2x4q/server"),
     "journald": (_journald, "gpu-node-3 engine[48211]"),
+    # `docker logs --timestamps`: RFC 3339 UTC with nanoseconds (docker's fixed 9 digits), one space. No stream name.
+    "docker_ts": (lambda i: f"2026-03-17T15:{38 + i // 60 % 20:02d}:{i % 60:02d}."
+                            f"{(271265228 + 7919 * i) % 10**9:09d}Z ", None),
+    # A CloudWatch / syslog export: the collector's local time with its offset, then a tab (behind spaces a line's
+    # own indent is lost: test_cloudwatch_tgi_log_with_escapes_and_blank_lines). No stream name.
+    "cloudwatch": (lambda i: f"2024-12-10T22:{i // 60 % 60:02d}:{i % 60:02d}.{i % 1000:03d}+01:00\t", None),
 }
 
 
@@ -196,9 +203,13 @@ def test_wrapped_real_logs_give_the_same_tables(bare, tmp_path, folder, variant)
                 continue
             assert (b.parsed, b.skipped, b.rejected) == (a.parsed, a.skipped, a.rejected), f.name
             assert _tables(s1, b.source_id) == _tables(s0, a.source_id), f.name
-            # The wrapper names the stream of every record that had no process of its own.
+            # The wrapper names the stream of every record that had no process of its own; a stamp names none.
             name = WRAPPERS[variant][1]
             procs = s1.sql(f"SELECT DISTINCT process FROM log_events WHERE source_id = {b.source_id}").to_series()
+            if name is None:
+                bare_procs = s0.sql(f"SELECT DISTINCT process FROM log_events WHERE source_id = {a.source_id}")
+                assert sorted(procs.to_list(), key=str) == sorted(bare_procs.to_series().to_list(), key=str), f.name
+                continue
             assert procs.len() == 0 or all(p is not None and p.startswith(name) for p in procs), (f.name, procs)
     finally:
         s1.close()
@@ -277,3 +288,120 @@ def test_vllm_v1_stats_line_with_trailing_separator(tmp_path):
     s = stallscope.open(":memory:")
     s.ingest([p], options=stallscope.parsers.Options(year=2025))
     assert s.sql("SELECT running_reqs, gpu_kv_cache_usage_pct FROM engine_stats").rows() == [(1, 0.1)]
+
+
+# -- collector stamps: docker logs --timestamps, CloudWatch / syslog exports -----------------------------------------
+
+V2026 = "vllm/excerpts/v1_2026_apiserver_loggers259_prefill_saturated_pr37307.log"
+F800_NAME = "vllm/v0_0.8.3_ray_tp4pp2_llama70b_full_server_log_800req_llmk8s.log"
+
+
+def _docker_ts(i: int) -> str:
+    return f"2026-03-17T15:38:{10 + i // 2:02d}.{(271265228 + 104729 * i) % 10**9:09d}Z "
+
+
+def test_docker_timestamped_2026_vllm_log_gives_no_rejects(tmp_path):
+    """A 2026 vLLM API server log as `docker logs --timestamps` prints it: the real 2026 stats lines, each followed
+    by a real uvicorn access line of the 800-request log behind the `(APIServer pid=N) ` prefix vLLM V1 puts on its
+    API server's output. Before the stamp was a wrapper, every access line was read as a continuation."""
+    stats = real(V2026).read_text().splitlines()
+    access = [x for x in real(F800_NAME).read_text().splitlines()
+              if x.startswith("INFO:     ") and "HTTP/1.1" in x][:len(stats)]
+    assert len(access) == len(stats) == 5
+    lines = [x for pair in zip(stats, ("(APIServer pid=11574) " + a for a in access)) for x in pair]
+    p = tmp_path / "vllm_docker.log"
+    p.write_text("".join(_docker_ts(i) + x + "\n" for i, x in enumerate(lines)))
+    s = stallscope.open(":memory:")
+    r = s.ingest([p])[0]
+    assert r.status == "ingested" and r.format == "vllm_log" and r.rejected == 0, r.message
+    assert s.sql("SELECT count(*) FROM engine_stats").item() == 5
+    got = s.sql("SELECT http_method, http_path, http_status FROM log_events WHERE kind = 'access' ORDER BY line_no")
+    want = [re.search(r'"([A-Z]+) (\S+) HTTP/1.1" (\d+)', a).groups() for a in access]
+    assert got.rows() == [(m, path, int(st)) for m, path, st in want]
+    assert s.sql("SELECT DISTINCT process FROM log_events").to_series().to_list() == ["APIServer pid=11574"]
+
+
+TGI_HEAD = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z) ( ?(?:TRACE|DEBUG|INFO|WARN|ERROR)) (.*?)(: )(.*)$")
+TGI_COLOURS = {"TRACE": "35", "DEBUG": "34", "INFO": "32", "WARN": "33", "ERROR": "31"}
+
+
+def _cloudwatch_export(data: bytes) -> tuple[bytes, dict[int, int]]:
+    """A TGI log as a CloudWatch export shows it: TGI's colours (tracing-subscriber: dim time, coloured level, dim
+    target) with the escape byte printed as `#033`, each record (a line with TGI's head, or a JSON line, with its
+    continuation lines) as one event behind the collector's local time and spaces, a blank line between events.
+    Also returns where each original line went (old line number -> new)."""
+    out, where, n = [], {}, 0
+    lines = data.decode().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for i, ln in enumerate(lines, 1):
+        m = TGI_HEAD.match(ln)
+        starts = m is not None or ln.startswith('{"timestamp"') or i == 1
+        if m:
+            lvl = m.group(2).strip()
+            ln = (f"#033[2m{m.group(1)}#033[0m #033[{TGI_COLOURS[lvl]}m{m.group(2)}#033[0m "
+                  f"#033[2m{m.group(3)}#033[0m#033[2m:#033[0m {m.group(5)}")
+        if starts:
+            if out:
+                out.append("")
+                n += 1
+            ln = f"2024-12-10T22:{i // 60 % 60:02d}:{i % 60:02d}.{i % 1000:03d}+01:00    " + ln
+        out.append(ln)
+        n += 1
+        where[i] = n
+    return ("\n".join(out) + "\n").encode(), where
+
+
+def _tables_renumbered(s, sid: int, where: dict[int, int] | None) -> dict:
+    """Every table of one source without `process` and `raw`, line numbers mapped through `where`."""
+    out = {}
+    for t in TABLES.values():
+        if not t.per_source or t.name == "sources":
+            continue
+        cols = [c.name for c in t.cols if c.name not in ("source_id", "process", "raw")]
+        rows = s.con.execute(f"SELECT {', '.join(cols)} FROM {t.name} WHERE source_id = ?", [sid]).fetchall()
+        if where is not None:
+            rows = [tuple(_renumber(c, v, where) for c, v in zip(cols, r)) for r in rows]
+        out[t.name] = sorted(rows, key=repr)
+    return out
+
+
+def _renumber(col: str, v, where: dict[int, int]):
+    """A line number, or a request id made of one (`L<line>`, TGI requests that print no id), moved by `where`."""
+    if col == "line_no" and v is not None:
+        return where.get(v, v)
+    if col in ("request_id", "server_request_id") and isinstance(v, str) and re.fullmatch(r"L\d+", v):
+        return f"L{where.get(int(v[1:]), int(v[1:]))}"
+    return v
+
+
+@pytest.mark.parametrize("path", _files("tgi"), ids=lambda p: p.name[:40])
+def test_cloudwatch_tgi_log_with_escapes_and_blank_lines(path, tmp_path):
+    data = path.read_bytes()
+    wrapped, where = _cloudwatch_export(data)
+    assert b"+01:00    " in wrapped
+    p = tmp_path / path.name
+    p.write_bytes(wrapped)
+    s0, s1 = stallscope.open(":memory:"), stallscope.open(":memory:")
+    a, b = s0.ingest([path])[0], s1.ingest([p])[0]
+    assert b.status == "ingested" and b.format == a.format == "tgi_log", b.message
+    assert (b.parsed, b.rejected) == (a.parsed, a.rejected)
+    assert b.parsed + b.skipped + b.rejected == physical_lines(wrapped)
+    assert _tables_renumbered(s1, b.source_id, None) == _tables_renumbered(s0, a.source_id, where)
+
+
+def test_escapes_printed_as_text_read_like_ansi_codes(tmp_path):
+    """rsyslog writes the escape byte as the text `#033`: the real coloured vLLM log so escaped gives the tables
+    the log with its real escape bytes gives."""
+    src = real("vllm/v1_0.10.1.1_ray_tp4_gptoss120b_startup_ansi_dennislee22.log")
+    data = src.read_bytes()
+    assert data.count(b"\x1b[") > 100
+    p = tmp_path / src.name
+    p.write_bytes(data.replace(b"\x1b", b"#033"))
+    os.utime(p, ns=(src.stat().st_atime_ns, src.stat().st_mtime_ns))
+    s0, s1 = stallscope.open(":memory:"), stallscope.open(":memory:")
+    a, b = s0.ingest([src])[0], s1.ingest([p])[0]
+    assert b.status == "ingested" and b.format == a.format == "vllm_log", b.message
+    assert (b.parsed, b.skipped, b.rejected) == (a.parsed, a.skipped, a.rejected)
+    assert _tables_renumbered(s1, b.source_id, None) == _tables_renumbered(s0, a.source_id, None)
+    assert s1.sql("SELECT count(*) FROM log_events WHERE message LIKE '%#033%'").item() == 0

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def empty_store():
     s = stallscope.open(":memory:")
     sqlviews.install(s.con)
+    sqlviews.install_export(s.con)
     return s
 
 

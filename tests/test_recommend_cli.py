@@ -93,6 +93,22 @@ def test_real_083_log_and_benchmarks_name_the_missing_evidence(tmp_path):
     assert rec["policy_observed"] == "chunked" and rec["current_chunk_tokens"] == 2048
 
 
+@pytest.mark.parametrize("name, policy, current, flag", [
+    ("unchunked-long-prompt-stall", "prefill_first", None, "--enable-chunked-prefill --max-num-batched-tokens "),
+    ("chunked-8192-tpot-violations", "chunked", 8192, "--max-num-batched-tokens ")])
+def test_a_whole_sample_is_answered_in_its_own_engines_flags(name, policy, current, flag, tmp_path):
+    """Each sample directory also holds a TGI router log of the same requests: the answer is still vLLM's (the
+    trace's steps and the vLLM log are vLLM's), with the policy the steps show (prefill-only steps between decode
+    steps: prefill-first; mixed steps: chunked) and the budget of the vLLM log, not TGI's words."""
+    out = tmp_path / "r.json"
+    r = cli("recommend", ROOT / "sample_traces" / name, "--slo", "ttft=2s,tpot=50ms,itl=200ms", "--replays", "1",
+            "--json", out)
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(out.read_text())
+    assert rec["engine"] == "vllm" and rec["policy_observed"] == policy and rec["current_chunk_tokens"] == current
+    assert rec["setting"].startswith(flag) and "(tgi)" not in r.stdout, rec["setting"]
+
+
 def _one_line_error(r, text):
     assert r.returncode != 0
     lines = [x for x in r.stderr.splitlines() if x.strip()]

@@ -120,7 +120,7 @@ def test_shared_prefix_tokens_the_same_either_way(tmp_path):
     text or split one by one."""
     from stallscope.ingest.orchestrate import ingest_paths
     from stallscope.parsers import Options
-    from stallscope.store import Store
+    from stallscope import Store
 
     lines = []
     for i, ids in enumerate(_lists(3, 120)):
@@ -149,7 +149,7 @@ def test_the_same_blocks_in_another_order_share_no_prefix(tmp_path):
     C then shares exactly the 32 tokens of A, B."""
     from stallscope.ingest.orchestrate import ingest_paths
     from stallscope.parsers import Options
-    from stallscope.store import Store
+    from stallscope import Store
 
     a, b, c = ([k * 1000 + i for i in range(V.BLOCK)] for k in (1, 2, 3))
     prompts = [a + b, b + a, a + b + c]
@@ -169,7 +169,7 @@ def test_hard_wrapped_received_line_is_read_again_after_joining(tmp_path):
     the worker threads saw: the same request row as the unwrapped line."""
     from stallscope.ingest.orchestrate import ingest_paths
     from stallscope.parsers import Options
-    from stallscope.store import Store
+    from stallscope import Store
 
     ids = "[" + ", ".join(str(1000 + i) for i in range(40)) + "]"
     line = ("INFO 04-14 16:14:55 [logger.py:39] Received request cmpl-0123456789abcdef0123456789abcdef: prompt: "

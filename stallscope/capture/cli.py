@@ -98,7 +98,3 @@ def capture_cmd(
     if summary["unfinished"]:
         sys.stderr.write(f"note: {summary['unfinished']} requests were not finished when the drain limit passed; "
                          "they are failed requests in the bench JSON\n")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("capture")(capture_cmd)

@@ -49,6 +49,7 @@ class CaptureSpec:
     drain_s: float = 60.0
     record_shapes: bool = True         # torch 2.13 keeps ~10-20 KB of host memory per op event with it on
     speed_probe: bool = False          # time a fixed probe after every step (StepRecord.probe_ns)
+    trace: bool = True                 # run under torch.profiler and write the trace (off: log and bench only)
     model: ModelConfig = field(default_factory=ModelConfig)
 
     def resolved_budget(self) -> int:
@@ -126,6 +127,12 @@ def capture(spec: CaptureSpec, out: Path, on_progress: Callable[[dict], None] | 
     startup_ns = time.perf_counter_ns()
     model = TinyLM(mcfg, spec.max_num_seqs, seed=spec.seed, device=spec.device)
     sync = torch.cuda.synchronize if spec.device == "cuda" else (lambda: None)
+    if not spec.trace:
+        # No profiler: the steps' markers are no-ops and the measured times carry no profiler overhead.
+        from contextlib import nullcontext
+
+        record_function = lambda name: nullcontext()  # noqa: E731
+        profile = lambda **kw: nullcontext()  # noqa: E731
     engine = Engine(model, cfg, record_function, sync, probe=_speed_probe() if spec.speed_probe else None)
     _warm_up(engine, mcfg)
     reqs = make_requests(wl.arrival_ns, wl.prompt_len, wl.output_len, mcfg.vocab, spec.seed)
@@ -150,7 +157,8 @@ def capture(spec: CaptureSpec, out: Path, on_progress: Callable[[dict], None] | 
         on_progress({"phase": "export", "steps": len(res.steps)})
     t = time.perf_counter()
     trace = out / TRACE_NAME
-    prof.export_chrome_trace(str(trace))
+    if spec.trace:
+        prof.export_chrome_trace(str(trace))
     export_s = time.perf_counter() - t
     doc = writers.bench_json(res, model_id=spec.model_id(), rate=spec.rate, burstiness=spec.burstiness,
                              epoch_of_perf_ns=epoch_of_perf, perf_origin_s=res.start_ns / 1e9)
@@ -161,7 +169,8 @@ def capture(spec: CaptureSpec, out: Path, on_progress: Callable[[dict], None] | 
         res, model_id=spec.model_id(), policy=spec.policy, budget=cfg.budget, max_num_seqs=cfg.max_num_seqs,
         max_model_len=mcfg.max_model_len, device=spec.device, epoch_of_perf_ns=epoch_of_perf,
         request_ids=request_ids, kv_cache_gib=model.cache_bytes() / 2 ** 30, startup_ns=startup_ns))
-    return CaptureResult(spec, {"trace": trace, "bench": bench, "vllm": log}, res, export_s, epoch_of_perf,
+    files = {"trace": trace, "bench": bench, "vllm": log} if spec.trace else {"bench": bench, "vllm": log}
+    return CaptureResult(spec, files, res, export_s, epoch_of_perf,
                          torch.get_num_threads())
 
 

@@ -9,7 +9,9 @@
   the startup configuration lines, `Received request` (with the prompt and its token ids), `Added request`
   and `Finished request` per request (received when sent: vLLM's API server is its own process and takes
   requests in while the engine core is busy with a step; the wait for the engine shows in the TTFT), and the
-  `Engine 000: Avg prompt throughput ...` stats line the engine computed every 10 s. V1 since 0.8 prints no
+  `Engine 000: Avg prompt throughput ...` stats line the engine computed every 10 s, and one
+  `Iteration(i): …` line per engine step with its measured wall time (vLLM >= 0.11
+  `--enable-logging-iteration-details`, the simulator's writer: stallscope/simulate/emit_logs.py). V1 since 0.8 prints no
   `Finished request` line (the first V1 AsyncLLM and V0 did); it is kept because it gives the server-side
   finish instant to whoever reads the log.
 Both files are written on the capture's wall clock (UTC), the profiler's clock.
@@ -23,7 +25,8 @@ import numpy as np
 import polars as pl
 
 from stallscope.simulate.emit_bench import latency_summary
-from stallscope.simulate.emit_logs import SAMPLING, V1_VERSION, _f1, _Lines, _rec, _ts
+from stallscope.simulate.emit_logs import SAMPLING, V1_VERSION, iteration_lines
+from stallscope.simulate.logtext import Lines, f1, record, ts_text
 from stallscope.simulate.text import text_of
 
 from .engine import EngineResult
@@ -97,14 +100,15 @@ def server_log(res: EngineResult, *, model_id: str, policy: str, budget: int, ma
     api_pid = os.getpid()
     A = f"(APIServer pid={api_pid}) "
     E = f"(EngineCore_0 pid={api_pid}) "   # one process serves here: the same pid behind both prefixes
-    L = _Lines()
+    L = Lines()
     wall = lambda t: int(epoch_of_perf_ns + t)  # noqa: E731
     t0 = wall(startup_ns)
     chunked = policy == "chunked"
     tokens_cap = max_num_seqs * max_model_len
     nd = {"model_tag": model_id, "model": model_id, "max_model_len": max_model_len,
           "max_num_batched_tokens": budget, "max_num_seqs": max_num_seqs, "enable_chunked_prefill": chunked,
-          "enforce_eager": True, "enable_log_requests": True, "device": device}
+          "enforce_eager": True, "enable_log_requests": True, "device": device,
+          "enable_logging_iteration_details": True}
     nd_txt = "{" + ", ".join(f"'{k}': {v!r}" for k, v in nd.items()) + "}"
     init = (f"Initializing a V1 LLM engine (v{V1_VERSION}) with config: model='{model_id}', speculative_config=None, "
             f"tokenizer='{model_id}', skip_tokenizer_init=True, tokenizer_mode=auto, revision=None, "
@@ -129,7 +133,7 @@ def server_log(res: EngineResult, *, model_id: str, policy: str, budget: int, ma
         (A, "api_server.py:1880", "Starting vLLM API server 0 on http://0.0.0.0:8000"),
     ]
     for k, (pref, fl, msg) in enumerate(startup):
-        L.add(t0 + k, _rec(pref, "INFO", fl, np.array([t0 + k]), msg))
+        L.add(t0 + k, record(pref, "INFO", fl, np.array([t0 + k]), msg))
     L.add(t0 + len(startup), f"{A}INFO:     Application startup complete.")
     reqs = res.requests
     if reqs:
@@ -147,30 +151,37 @@ def server_log(res: EngineResult, *, model_id: str, policy: str, budget: int, ma
         }).filter(pl.Series(arrived))
         head, tail = SAMPLING.split("{max_tokens}")
         recv = rf.select(pl.concat_str([
-            pl.lit(f"{A}INFO "), _ts(pl.col("arr"), "%m-%d %H:%M:%S"), pl.lit(" [logger.py:43] Received request "),
+            pl.lit(f"{A}INFO "), ts_text(pl.col("arr"), "%m-%d %H:%M:%S"), pl.lit(" [logger.py:43] Received request "),
             pl.col("rid"), pl.lit(": prompt: '"), pl.col("prompt"), pl.lit("', params: "), pl.lit(head),
             pl.col("max_tokens").cast(pl.String), pl.lit(tail), pl.lit(", prompt_token_ids: ["), pl.col("ids"),
             pl.lit("], prompt_embeds shape: None, lora_request: None.")]).alias("s"))["s"]
         L.add(rf["arr"].to_numpy(), recv)
         added = rf.select(pl.concat_str([
-            pl.lit(f"{A}INFO "), _ts(pl.col("arr") + 1, "%m-%d %H:%M:%S"),
+            pl.lit(f"{A}INFO "), ts_text(pl.col("arr") + 1, "%m-%d %H:%M:%S"),
             pl.lit(" [async_llm.py:290] Added request "), pl.col("rid"), pl.lit(".")]).alias("s"))["s"]
         L.add(rf["arr"].to_numpy() + 1, added)
         done = rf.filter(pl.col("fin").is_not_null())
         fin = done.select(pl.concat_str([
-            pl.lit(f"{A}INFO "), _ts(pl.col("fin"), "%m-%d %H:%M:%S"),
+            pl.lit(f"{A}INFO "), ts_text(pl.col("fin"), "%m-%d %H:%M:%S"),
             pl.lit(" [async_llm.py:346] Finished request "), pl.col("rid"), pl.lit(".")]).alias("s"))["s"]
         L.add(done["fin"].to_numpy(), fin)
+    if res.steps:
+        # vLLM >= 0.11 with --enable-logging-iteration-details: one line per step, its measured wall time as the
+        # elapsed time (the loop synchronises after each step, so the step's window is the wait for its output).
+        st = res.steps
+        t_end = np.array([wall(s.end_ns) for s in st], dtype=np.int64)
+        L.add(t_end, iteration_lines(t_end, [s.ctx_reqs for s in st], [s.ctx_tokens for s in st],
+                                     [s.gen_reqs for s in st], [(s.end_ns - s.start_ns) / 1e6 for s in st], E))
     if res.stats:
         st = pl.DataFrame({"t": [wall(s.ts_ns) for s in res.stats], "p": [s.prompt_tps for s in res.stats],
                            "g": [s.gen_tps for s in res.stats], "r": [s.running for s in res.stats],
                            "w": [s.waiting for s in res.stats], "kv": [s.kv_pct for s in res.stats]})
         s = st.select(pl.concat_str([
-            pl.lit(f"{A}INFO "), _ts(pl.col("t"), "%m-%d %H:%M:%S"),
-            pl.lit(" [loggers.py:123] Engine 000: Avg prompt throughput: "), _f1("p"),
-            pl.lit(" tokens/s, Avg generation throughput: "), _f1("g"), pl.lit(" tokens/s, Running: "),
+            pl.lit(f"{A}INFO "), ts_text(pl.col("t"), "%m-%d %H:%M:%S"),
+            pl.lit(" [loggers.py:123] Engine 000: Avg prompt throughput: "), f1("p"),
+            pl.lit(" tokens/s, Avg generation throughput: "), f1("g"), pl.lit(" tokens/s, Running: "),
             pl.col("r").cast(pl.String), pl.lit(" reqs, Waiting: "), pl.col("w").cast(pl.String),
-            pl.lit(" reqs, GPU KV cache usage: "), _f1("kv"), pl.lit("%, Prefix cache hit rate: 0.0%"),
+            pl.lit(" reqs, GPU KV cache usage: "), f1("kv"), pl.lit("%, Prefix cache hit rate: 0.0%"),
         ]).alias("s"))["s"]
         L.add(st["t"].to_numpy(), s)
     return L.text()

@@ -1,5 +1,6 @@
-"""The `stallscope fleet` commands: `run` (shards into the lake) and `simulate` (a simulated fleet); the rollup's
-`report` command is added to the same sub-app by stallscope/fleet/rollup.py (see `_REPORT`)."""
+"""The `stallscope fleet` commands, one typer sub-app (`fleet_app`, added to the root by stallscope/cli.py): `run`
+(shards into the lake), `simulate` (a simulated fleet) and `report` (the rollup of a lake). Ray, the `fleet`
+extra, is imported only by `run --engine ray`, which says how to install it when it is missing."""
 from __future__ import annotations
 
 import sys
@@ -18,30 +19,7 @@ class Engine(str, Enum):
     ray = "ray"
 
 
-def register(app: typer.Typer) -> None:
-    fleet_app.command("run")(run_cmd)
-    fleet_app.command("simulate")(simulate_cmd)
-    _register_report(fleet_app)
-    app.add_typer(fleet_app, name="fleet")
-
-
-# -- `stallscope fleet report` (owned by the rollup, stallscope/fleet/rollup.py) -------------------------------
-_REPORT = "stallscope.fleet.rollup"
-
-
-def _register_report(app: typer.Typer) -> None:
-    """The rollup's command: rollup.py defines `register_report(app)`; until it exists there is no `report`."""
-    import importlib
-
-    try:
-        rollup = importlib.import_module(_REPORT)
-    except ModuleNotFoundError as e:
-        if e.name != _REPORT:
-            raise
-        return
-    rollup.register_report(app)
-
-
+@fleet_app.command("run")
 def run_cmd(
         source: str = typer.Argument(..., help="A directory (one sub-directory per replica, or "
                                                "pool=NAME/replica=NAME/) or a manifest .csv/.json; local or a URI "
@@ -77,7 +55,7 @@ def run_cmd(
     opts = RunOptions(slo=slo, attainment=attainment, spike_k=spike_k, recommend=recommend,
                       year=year, tz=tz, fault=os.environ.get(FAULT_ENV))
     if slo:
-        from stallscope.analyze import parse_slo
+        from stallscope.slo import parse_slo
 
         parse_slo(slo)  # a bad SLO is one line before any work
     summary = run_fleet(source, out, opts, engine=engine.value, address=address, window=window, retries=retries,
@@ -111,6 +89,7 @@ def _progress(console):
     return start
 
 
+@fleet_app.command("simulate")
 def simulate_cmd(
         out: Path = typer.Option(..., "--out", "-o", help="Directory to write the fleet into."),
         replicas: int = typer.Option(16, "--replicas", help="Number of replicas."),
@@ -130,3 +109,16 @@ def simulate_cmd(
     stalling = sum(r.stalling for r in fleet)
     sys.stdout.write(f"{len(fleet)} replicas ({stalling} stalling) x {windows} window{'s' * (windows != 1)} in "
                      f"{len({r.pool for r in fleet})} pools -> {out} (manifest {out}/fleet.csv)\n")
+
+
+@fleet_app.command("report")
+def report_cmd(
+        lake: str = typer.Argument(..., help="The lake `stallscope fleet run` wrote (a directory or URI)."),
+        out: Path = typer.Option(Path("stallscope-fleet-report"), "--out",
+                                 help="Folder for report.md, report.html, fleet.json and the figures."),
+        top: int = typer.Option(20, "--top", help="Replicas and stall events to list.")):
+    """The fleet rollup: goodput and lost goodput per fleet, pool and replica, the worst stalls, pools whose chunk
+    budget differs from their own data's recommendation, failed shards; terminal, report.md/.html, fleet.json."""
+    from .report import build, summary
+
+    summary(build(lake, out, top=top))

@@ -162,10 +162,3 @@ def rollup(lk: Lake, *, top: int = TOP, bins: int = BINS) -> dict:
     }
     out["rollup_s"] = time.perf_counter() - t0
     return out
-
-
-def register_report(app) -> None:
-    """Add `stallscope fleet report` to the fleet sub-app (stallscope/fleet/cli.py calls this)."""
-    from .report_cli import report_cmd
-
-    app.command("report")(report_cmd)

@@ -20,6 +20,9 @@ A benchmark run is a *unit*: (benchmark source, `line_no` of the run). Three anc
    distance, searched within the prior's uncertainty. The shift absorbs the mean step-end-to-client delay.
    A run without send times is not refined: each request carries its own ±0.5 s placement, and a regular
    token train fits a regular step train at many shifts.
+4. `matched_iteration_steps`: without a trace over the run, the same refinement against the ends of the steps
+   a vLLM log's `Iteration(i)` lines give (`engine_steps`, on the log's clock, each placed inside its 1-s stamp:
+   see stallscope/parsers/vllm_steps.py), so the client's tokens and the logged steps share one clock.
 
 `sources.clock_offset_ns` is the offset added to the run's native times (perf_counter ns when the run has
 `start_times`, else ns from the run start); `clock_residual_ns` the largest per-request residual; per-run
@@ -27,7 +30,8 @@ values also sit in `engine_config` rows with origin `bench_clock` (several runs 
 
 Callable from other modules: the pure functions `run_start_anchor_ns`, `find_run_window`, `assign_in_window`,
 `fit_common_offset`, `place_without_send_times`, `fit_offset_to_steps`, `match_run`; and over a store
-`align_store(con, touched=None)` (what the benchmark parser's post_ingest runs) and `write_unit_clock`.
+`align_store(con, touched=None)` (what the benchmark parser's post_ingest runs), `refine_with_iteration_steps` and
+`write_unit_clock`.
 """
 from __future__ import annotations
 
@@ -564,7 +568,8 @@ def _relevant(con, touched: list[int]) -> bool:
              + (SELECT count(*) FROM requests WHERE source_id IN ({ids}) AND kind = 'server'
                   AND prompt_tokens IS NOT NULL AND arrival_ns IS NOT NULL)
              + (SELECT count(*) FROM steps WHERE source_id IN ({ids})
-                  AND coalesce(gpu_end_ns, cpu_end_ns) IS NOT NULL)""").fetchall()[0][0])
+                  AND coalesce(gpu_end_ns, cpu_end_ns) IS NOT NULL)
+             + (SELECT count(*) FROM engine_steps WHERE source_id IN ({ids}))""").fetchall()[0][0])
 
 
 def _server_rows(con) -> pl.DataFrame:
@@ -634,13 +639,16 @@ def _align_unit(con, u: _Unit, server: pl.DataFrame, claimed: dict[int, np.ndarr
         # Trace refinement needs one common clock (send times); without them each request carries its own
         # ±0.5 s placement error, which a regular token train cannot resolve.
         fit = _refine_with_steps(con, u, b, arrival, method)
+        refined = "matched_trace_steps"
+        if fit is None:
+            fit, refined = refine_with_iteration_steps(con, u, b, arrival, method), "matched_iteration_steps"
         if fit is not None:
             shift, resid_steps, text = fit
             parts.append(text)
             if resid_steps is not None:
                 offset += shift
                 arrival = native + offset
-                method, residual = "matched_trace_steps", resid_steps
+                method, residual = refined, resid_steps
     _write_times(con, u, b, arrival, server_ids)
     write_unit_clock(con, u.source_id, u.line_no, method=method, note="; ".join(parts) or "no anchor",
                      offset_ns=offset, residual_ns=residual, matched=matched, server_source_id=server_sid)
@@ -709,17 +717,9 @@ def _server_note(u: _Unit, n: int, native, grp: pl.DataFrame, rm: RunMatch, sid:
 def _refine_with_steps(con, u: _Unit, b: pl.DataFrame, arrival: np.ndarray, prior: str):
     """(shift, residual, note) from matching token arrivals to trace step ends, or None when no trace covers
     the run or the fit is not clear."""
-    toks = con.sql("""
-        SELECT r.request_index, r.ttft_ns AS t FROM requests r
-        WHERE r.source_id = ? AND r.line_no = ? AND r.ttft_ns IS NOT NULL
-        UNION ALL
-        SELECT r.request_index, r.ttft_ns + sum(g.gap_ns) OVER (PARTITION BY g.request_id ORDER BY g.gap_index)
-        FROM token_gaps g JOIN requests r ON r.source_id = g.source_id AND r.request_id = g.request_id
-        WHERE g.source_id = ? AND r.line_no = ?""", params=[u.source_id, u.line_no, u.source_id, u.line_no]).pl()
-    if toks.height == 0:
+    tok = _client_token_times(con, u, b, arrival)
+    if tok is None:
         return None
-    pos = np.searchsorted(b["request_index"].to_numpy(), toks["request_index"].to_numpy())
-    tok = arrival[pos] + toks["t"].to_numpy().astype(np.int64)
     # The prior's uncertainty: ±0.5 s buckets after a server-log match, ±1 s plus save delay from `date`.
     search = int(0.8 * SECOND) if prior == "matched_server_log" else int(2.5 * SECOND)
     # A step ends when its GPU work does; in a trace without GPU work (a CPU-only run), when its CPU window does.
@@ -738,6 +738,46 @@ def _refine_with_steps(con, u: _Unit, b: pl.DataFrame, arrival: np.ndarray, prio
             f"refined on {ends.size} trace step ends with {fit.tokens} token arrivals: shift {fit.offset_ns:+,} ns "
             f"(ratio {fit.ratio:.2f}), p90 distance to a step end {fit.residual_ns:,} ns (the shift includes the "
             f"mean step-end-to-client delay)")
+
+
+def refine_with_iteration_steps(con, u: _Unit, b: pl.DataFrame, arrival: np.ndarray, prior: str):
+    """(shift, residual, note) from matching token arrivals to the placed ends of a vLLM log's iteration steps
+    (`engine_steps`, dummy steps left out), or None when none covers the run or the fit is not clear. The ends
+    carry their own placement error (a few ms where steps run back to back), which the residual includes."""
+    tok = _client_token_times(con, u, b, arrival)
+    if tok is None:
+        return None
+    search = int(0.8 * SECOND) if prior == "matched_server_log" else int(2.5 * SECOND)
+    ends = con.execute("""SELECT end_ns FROM engine_steps WHERE NOT coalesce(dummy, false) AND end_ns BETWEEN ? AND ?""",
+                       [int(tok.min()) - search, int(tok.max()) + search]).fetchnumpy()["end_ns"]
+    if ends.size < 3:
+        return None
+    # The placed ends scatter by a few ms around the true ones, which blurs the minimum against a shift by one
+    # step period (simulated runs: ratio ~0.9 where the true ends give ~0.3, the minimum still within 0.5 ms of
+    # the truth): accepted up to 0.95. A shift off by one period would move each step's KV read by one token per
+    # decode, nothing the step-time fit can see.
+    fit = fit_offset_to_steps(tok, np.asarray(ends, dtype=np.int64), search, max_ratio=0.95)
+    if not fit.accepted:
+        return (0, None, f"a vLLM log's iteration lines cover the run ({ends.size} steps) but the token-to-step fit "
+                f"is not clear ({fit.tokens} tokens, ratio {fit.ratio:.2f}): kept {prior}")
+    return (fit.offset_ns, fit.residual_ns,
+            f"refined on {ends.size} iteration-line step ends with {fit.tokens} token arrivals: shift "
+            f"{fit.offset_ns:+,} ns (ratio {fit.ratio:.2f}), p90 distance to a placed step end {fit.residual_ns:,} ns")
+
+
+def _client_token_times(con, u: _Unit, b: pl.DataFrame, arrival: np.ndarray) -> np.ndarray | None:
+    """Every client token arrival of the run (first tokens and ITL ends) with the run's sends at `arrival`."""
+    toks = con.sql("""
+        SELECT r.request_index, r.ttft_ns AS t FROM requests r
+        WHERE r.source_id = ? AND r.line_no = ? AND r.ttft_ns IS NOT NULL
+        UNION ALL
+        SELECT r.request_index, r.ttft_ns + sum(g.gap_ns) OVER (PARTITION BY g.request_id ORDER BY g.gap_index)
+        FROM token_gaps g JOIN requests r ON r.source_id = g.source_id AND r.request_id = g.request_id
+        WHERE g.source_id = ? AND r.line_no = ?""", params=[u.source_id, u.line_no, u.source_id, u.line_no]).pl()
+    if toks.height == 0:
+        return None
+    pos = np.searchsorted(b["request_index"].to_numpy(), toks["request_index"].to_numpy())
+    return arrival[pos] + toks["t"].to_numpy().astype(np.int64)
 
 
 def _write_times(con, u: _Unit, b: pl.DataFrame, arrival: np.ndarray | None, server_ids: np.ndarray) -> None:

@@ -1,35 +1,24 @@
-"""Parsers: each module turns one family of input formats into the canonical tables (see docs/schema.md)."""
+"""Parsers: each module turns one family of input formats into the canonical tables (see docs/schema.md).
+
+The parsers are the plain list in `all_parsers` (a new parser module is added there, see docs/architecture.md);
+a parser module that fails to import fails ingest loudly instead of turning its files into "not an input"."""
 from __future__ import annotations
 
-import importlib
-import pkgutil
+from functools import cache
 
 from .base import InputFile, Options, ParseContext, Parser
 
 __all__ = ["InputFile", "Options", "ParseContext", "Parser", "all_parsers", "detect"]
 
-_PARSERS: list[Parser] | None = None
-BROKEN: dict[str, str] = {}  # parser modules that failed to import: name -> one-line reason
 
+@cache
+def all_parsers() -> tuple[Parser, ...]:
+    """Every parser, in detection order (`order`, then name). Imported on first use: `stallscope.parsers.Options`
+    alone does not load polars-heavy parser modules into every command."""
+    from . import bench_json, kineto, prometheus, sglang_log, tgi_log, vllm_log
 
-def all_parsers() -> list[Parser]:
-    """Every parser module in this package that defines `PARSER` (new modules register themselves by existing)."""
-    global _PARSERS
-    if _PARSERS is None:
-        found = []
-        for m in pkgutil.iter_modules(__path__):
-            if m.name in ("base", "patterns") or m.name.startswith("_"):
-                continue
-            try:
-                mod = importlib.import_module(f"{__name__}.{m.name}")
-            except Exception as e:  # one broken parser must not take the others down
-                BROKEN[m.name] = f"{type(e).__name__}: {e}"
-                continue
-            p = getattr(mod, "PARSER", None)
-            if p is not None:
-                found.append(p)
-        _PARSERS = sorted(found, key=lambda p: (p.order, p.name))
-    return _PARSERS
+    found = (bench_json.PARSER, kineto.PARSER, prometheus.PARSER, sglang_log.PARSER, tgi_log.PARSER, vllm_log.PARSER)
+    return tuple(sorted(found, key=lambda p: (p.order, p.name)))
 
 
 def detect(inp: InputFile) -> tuple[Parser, str] | None:

@@ -29,7 +29,7 @@ def unwrap(df: pl.DataFrame, col: str = "text") -> pl.DataFrame:
     """(line_no, t, wrap, dedup): the line without ANSI codes, its wrapper prefixes (`prefixes.WRAPS`) cut off
     into `wrap`, and Ray's dedup marker cut off the end with its count in `dedup` (NULL without one)."""
     t = pl.col(col)
-    if df[col].str.contains("\x1b", literal=True).any():
+    if df[col].str.contains(X.ANSI_MARK).any():
         t = X.strip_ansi(t)
     df = df.select("line_no", t.alias("t"))
     # The capture runs only on lines that start with a wrapper (a capture-free test first: most logs have none).

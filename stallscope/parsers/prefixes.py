@@ -3,8 +3,9 @@
 A server log rarely reaches stallscope as the engine wrote it. Ray prints every actor's line behind
 `(Name pid=N, ip=A) ` (and vLLM does the same for its own child processes), docker compose behind `service  | `,
 `kubectl logs --prefix` behind `[pod/NAME/CONTAINER] `, `journalctl` behind `Mon DD HH:MM:SS host unit[pid]: `,
-terminals add ANSI colour, and Ray folds lines repeated on several workers into one with a
-`[repeated Nx across cluster]` marker. This module is the one table of them; every log parser (vLLM, TGI, SGLang)
+`docker logs --timestamps` behind an RFC 3339 nanosecond stamp, CloudWatch and syslog exports behind the collector's
+ISO time with its offset (and the escape byte printed as `#033`), terminals add ANSI colour, and Ray folds lines
+repeated on several workers into one with a `[repeated Nx across cluster]` marker. This module is the one table of them; every log parser (vLLM, TGI, SGLang)
 applies `WRAPS` at the start of each physical line before its own patterns, so a new wrapper is one entry here.
 
 Each `Wrapper` is a `Pattern` (regex + sample lines with the fields they must give) plus how it is used:
@@ -59,13 +60,23 @@ class Wrapper:
 
 
 ANSI = Wrapper(Pattern(
-    "ansi", r"\x1b\[[0-9;?]*[A-Za-z]",
+    "ansi", r"(?:\x1b|#033)\[[0-9;?]*[A-Za-z]",
     (Sample("\x1b[1;36m(APIServer pid=1009)\x1b[0;0m INFO 09-10 23:26:12 [api_server.py:1805] vLLM API server "
             "version 0.10.1.1", {}, _FANSI),
      Sample("\x1b[36m(RayWorkerWrapper pid=329, ip=10.244.1.18)\x1b[0m INFO 04-14 16:08:21 [utils.py:990] Found "
-            "nccl from library libnccl.so.2", {}, _F800)),
+            "nccl from library libnccl.so.2", {}, _F800),
+     # rsyslog (and CloudWatch agents reading its files) prints the escape byte as the text `#033`: built from the
+     # first line of tgi_v3.0_text_connected_and_chat_completions_success_2024-12-10.log with the colours TGI's
+     # tracing-subscriber prints (dim time, green level, dim target), escaped so.
+     Sample("#033[2m2024-12-10T21:49:50.317182Z#033[0m #033[32m INFO#033[0m #033[2mtext_generation_router::server"
+            "#033[0m#033[2m:#033[0m #033[2mrouter/src/server.rs#033[0m#033[2m:#033[0m#033[2m2402:#033[0m Connected",
+            {})),
     doc="ANSI colour / cursor codes anywhere in a line (vLLM's and Ray's coloured prefixes, TGI's coloured levels, "
-        "compose's coloured service names); removed from the whole line before anything else."), "anywhere")
+        "compose's coloured service names), also with the escape byte printed as `#033` (rsyslog's escaping of "
+        "control characters, kept by CloudWatch and syslog exports); removed from the whole line before anything "
+        "else."), "anywhere")
+# What a line holding an ANSI code contains (a cheap test before the removal runs).
+ANSI_MARK = r"\x1b|#033\["
 
 RAY = Wrapper(Pattern(
     "ray_actor",
@@ -136,6 +147,44 @@ JOURNALD_ISO = Wrapper(Pattern(
     doc="`journalctl -o short-iso` (zone offset, never `Z`: a TGI timestamp ends in `Z` and is no wrapper)."),
     "prefix")
 
+DOCKER_TS = Wrapper(Pattern(
+    "docker_timestamps",
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{7,9}Z(?: |$)",
+    # Built from real lines behind the stamp `docker logs --timestamps` prints: RFC 3339 in UTC with nanoseconds
+    # (docker's fixed 9 digits; `kubectl logs --timestamps` prints the same, trailing zeros trimmed), one space,
+    # the line. An engine's own stamp never has 7-9 digits (TGI prints 6, then two spaces). The lines, in order:
+    # vllm/excerpts/v1_2026_apiserver_loggers259_prefill_saturated_pr37307.log (line 1, cut short),
+    # vllm/v0_0.8.3_ray_tp4pp2_llama70b_full_server_log_800req_llmk8s.log (line 862),
+    # tgi/tgi_v3.0_text_connected_and_chat_completions_success_2024-12-10.log (line 1).
+    (Sample("2026-03-17T15:38:10.271265228Z (APIServer pid=11574) INFO 03-17 15:38:10 [loggers.py:259] Engine 000: "
+            "Avg prompt throughput: 23998.2 tokens/s", {}),
+     Sample('2025-04-14T16:21:03.40313107Z INFO:     10.244.1.14:60090 - "POST /v1/completions HTTP/1.1" 200 OK', {}),
+     Sample("2024-12-10T21:49:50.317311029Z 2024-12-10T21:49:50.317182Z  INFO text_generation_router::server: "
+            "router/src/server.rs:2402: Connected", {}),
+     # An empty line of the container: the stamp and its space (or nothing after it once a tool strips the end).
+     Sample("2026-03-17T15:38:10.271265228Z ", {})),
+    doc="`docker logs --timestamps` (also `kubectl logs --timestamps`): `2026-05-12T07:41:29.271265228Z ` before "
+        "the line. The time is the runtime's, not the engine's, and is not used."), "prefix")
+
+CLOUDWATCH = Wrapper(Pattern(
+    "collector_iso_offset",
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?[+-]\d\d:?\d\d(?:\t| +)",
+    # Built from real lines the way a CloudWatch export or a syslog file of the container shows them: the
+    # collector's local time with its offset, blanks, the line (its escape bytes as `#033`). The lines: line 1 of
+    # tgi/tgi_v3.0_text_connected_and_chat_completions_success_2024-12-10.log (coloured as TGI colours it), line 1
+    # of vllm/excerpts/v1_2026_apiserver_loggers259_prefill_saturated_pr37307.log (cut short).
+    (Sample("2024-12-10T22:49:50.318+01:00    #033[2m2024-12-10T21:49:50.317182Z#033[0m #033[32m INFO#033[0m "
+            "#033[2mtext_generation_router::server#033[0m#033[2m:#033[0m router/src/server.rs:2402: Connected", {}),
+     Sample("2026-03-17T16:38:10.271+01:00\t(APIServer pid=11574) INFO 03-17 15:38:10 [loggers.py:259] Engine 000: "
+            "Avg prompt throughput: 23998.2 tokens/s", {}),
+     Sample("2024-12-10T13:49:50-08:00 {\"timestamp\":\"2024-12-10T21:49:50.317182Z\",\"level\":\"INFO\"}", {})),
+    doc="CloudWatch / syslog exports: the collector's ISO timestamp with a zone offset (never `Z`: a TGI stamp "
+        "ends in `Z` and is the engine's own), then one tab or a run of spaces; records are often separated by "
+        "blank lines, which every log parser skips. Behind spaces, a line's own leading blanks (a traceback's "
+        "indent) cannot be told from the separator and go with it; behind a tab they are kept. A journald/rsyslog "
+        "line (`host ident[pid]: ` after the time) is JOURNALD_ISO's."),
+    "prefix")
+
 RAY_DEDUP = Wrapper(Pattern(
     "ray_dedup",
     r" ?\[repeated (?P<n>\d+)x across cluster\](?P<advice> \(Ray deduplicates logs by default\..*)?\s*$",
@@ -148,7 +197,8 @@ RAY_DEDUP = Wrapper(Pattern(
     doc="Ray's dedup marker at the end of a line (the first time also Ray's advice text): the line stands for N "
         "lines of N workers; counted (`dedup_count`), not expanded (see the module docstring)."), "suffix")
 
-WRAPPERS: tuple[Wrapper, ...] = (ANSI, RAY, COMPOSE, KUBECTL, JOURNALD, JOURNALD_ISO, RAY_DEDUP)
+# Order matters where two prefixes start alike: JOURNALD_ISO before CLOUDWATCH (alternatives are tried in order).
+WRAPPERS: tuple[Wrapper, ...] = (ANSI, RAY, COMPOSE, KUBECTL, JOURNALD, JOURNALD_ISO, DOCKER_TS, CLOUDWATCH, RAY_DEDUP)
 PREFIXES = tuple(w for w in WRAPPERS if w.kind == "prefix")
 PATTERNS = [w.pattern for w in WRAPPERS]
 

@@ -48,7 +48,7 @@ import polars as pl
 from . import sglang_log_patterns
 from .base import InputFile, ParseContext, Parser, fast_lanes_on
 from .logtime import check_zone, full_date_ns
-from .prefixes import unwrap_text
+from .prefixes import ANSI_MARK, unwrap_text
 from .sglang_log_patterns import (CORE_KEYS, FINISH_FIELDS, KNOWN_KEYS, NEW_KEY, PLAIN_VALUE_RX, P_ACCESS, P_BATCH,
                                   P_BATCH_LEAD, P_LEAD_ONLY, P_LEAN_ACCESS, P_LEAN_HEAD,
                                   P_CFG_PAIR, P_FINISH, P_HEAD, P_KV_GRAMMAR, P_OLD_PREFILL, P_SCHED_CFG,
@@ -214,7 +214,7 @@ def _flag(df: pl.DataFrame) -> pl.DataFrame:
 # lines by their quotes. `_lean_frames` keeps them beside the generic records of the same stretch of the file, for
 # the start flags (the line after a one-line record starts one) and the times untimed records inherit.
 _LK_ACCESS = 5  # `_lk` of a lean access line; 1-4 are the batch labels of _FAST_LABELS
-_LEAN_ODD = r"\x1b|across cluster\]"
+_LEAN_ODD = ANSI_MARK + r"|across cluster\]"
 # What the generic path keeps of a line (`_prepare`), and what the lean lane does.
 _REST_COLS = ["line_no", "wrap", "t", "dedup", "ts", "ranks", "process", "debris", "msg1", "blank", "cat", "_pl"]
 _LEAN_COLS = ["line_no", "t", "_c", "_lk", "ts_ff", "_ms", "ranks", "tp_rank", "dp_rank", "ep_rank", "pp_rank", "_xr",

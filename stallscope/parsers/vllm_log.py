@@ -37,6 +37,7 @@ from .lines import iter_line_frames, ordered_map, prefetch as _prefetch
 from .logrecords import dedup_note
 from .logtime import Local, WallClock, check_zone, choose_year, full_date_ns
 from .vllm_log_config import ConfigCollector
+from . import vllm_steps
 
 BLOCK = 16  # vLLM's default KV-cache block (--block-size on CUDA): prefix caching shares whole blocks
 # Odd 64-bit multipliers, one per token position in a block (fixed: the keys must not depend on the run).
@@ -214,6 +215,7 @@ class _Run:
         self.odd_stats: dict[str, int] = {}
         self.prefix_keys: list[pa.Table] = []   # per Received line with token ids: its 16-token prompt-block keys
         self.prefix_reqs: list[pa.Table] = []   # (line_no, request_id) of those lines
+        self.iter_rows: list[pl.DataFrame] = []  # per frame: its iteration lines' fields (vllm_steps.RAW_COLUMNS)
         self.lines = 0
         self.raw_bytes = 0
         self.bad_utf8_kept = 0
@@ -367,6 +369,7 @@ class _Run:
                .when(starts("Prefix cache hit rate: GPU: ")).then(pl.lit("pch"))
                .when(starts("Received request ")).then(pl.lit("recv"))
                .when(starts("Added request ") | starts("Finished request ") | starts("Aborted request ")).then(pl.lit("life"))
+               .when(starts("Iteration(")).then(pl.lit("iter"))  # P.ITERATION_HEAD
                .otherwise(pl.lit("msg")))
         df = df.with_columns(tag.alias("tag"))
 
@@ -376,6 +379,7 @@ class _Run:
         unused = [self._stats(df.select(*rec, "tag").filter(c("tag") == "stats"), out), self._prefix_hits(out),
                   self._received(df.select(*recv, "tag").filter(c("tag") == "recv"), fields, out),
                   self._lifecycle(df.select(*rec, "tag").filter(c("tag") == "life"), out)]
+        self._iterations(df.select(*rec, "tag").filter(c("tag") == "iter"), out)
         unused = [u for u in unused if u is not None and u.len()]
         unused_lines = pl.concat(unused) if unused else pl.Series("line_no", [], pl.Int64)
         msg_cols = ["line_no", "nlines", "ts_ns", "lvl", "process", "kind", "msg"]
@@ -393,7 +397,7 @@ class _Run:
         parsed = ~other & (c("kind") != "cut")
         n, bad, lo, hi = df.select(c("nlines").filter(parsed).sum(), c("bad_utf8").filter(parsed).sum(),
                                    c("ts_ns").filter(parsed).min().alias("lo"), c("ts_ns").filter(parsed).max().alias("hi")).row(0)
-        out.parsed += int(n)
+        out.parsed += int(n) - out.iter_rejected
         out.bad_utf8 += int(bad)
         if lo is not None:
             out.lo, out.hi = int(lo), int(hi)
@@ -428,6 +432,8 @@ class _Run:
                 self.last_rec[k] = (k, tag, line, ts)
         if out.cfg is not None:
             self.config.add(out.cfg)
+        if out.iters is not None:
+            self.iter_rows.append(out.iters)
         for keys, reqs in out.keys:
             self.prefix_keys.append(keys)
             self.prefix_reqs.append(reqs)
@@ -701,6 +707,28 @@ class _Run:
         finally:
             self.con.unregister("_vllm_prefix_counts")
 
+    def _iterations(self, sub: pl.DataFrame, out: "_Out") -> None:
+        """`Iteration(i): …` lines: their fields kept for `_engine_steps` (placement needs the whole file); lines
+        with missing fields or an elapsed time that is negative or not a number become rejects."""
+        if sub.height == 0:
+            return
+        ok, bad = vllm_steps.read_lines(sub)
+        if ok.height:
+            out.iters = ok
+        if bad.height:
+            out.iter_rejected += bad.height
+            out.emit("rejects", bad)
+
+    def _engine_steps(self) -> None:
+        """engine_steps: the file's iteration lines in step sequences, each step placed in its stamped second."""
+        if not self.iter_rows:
+            return
+        rows = vllm_steps.build(pl.concat(self.iter_rows))
+        self.ctx.write("engine_steps", rows)
+        seqs = pl.from_arrow(rows).select(pl.struct("process", "sequence").n_unique()).item()
+        self.ctx.notes.append(f"{rows.num_rows:,} engine steps from iteration lines in {seqs} sequence(s), placed "
+                              "within their 1-s stamps from the order and elapsed times")
+
     def _lifecycle(self, sub: pl.DataFrame, out: "_Out") -> pl.Series | None:
         """Added / Finished / Aborted lines. The id is cut at the fixed offset after the verb; a line where that
         does not give one clean id goes through the `lifecycle` regex instead (and, failing that, is a message)."""
@@ -800,6 +828,7 @@ class _Run:
         if ctx.counts.parsed:
             self._requests()
             self._shared_prefixes()
+        self._engine_steps()
         extra = pl.DataFrame({"line_no": [None], "key": ["engine"], "value": ["vllm"], "origin": ["parser"], "rank": [0]})
         if self.saw_stats["V0"] or self.saw_stats["V1"]:
             ev = "V1" if self.saw_stats["V1"] >= self.saw_stats["V0"] else "V0"
@@ -999,8 +1028,7 @@ def _classify(frame: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     and a carried tail joins the next frame as it is."""
     if frame.height == 0:
         return frame, pl.DataFrame(schema={"line_no": pl.Int64, **_RECV_COLS})
-    df = _patch(frame, frame["text"].str.contains("\x1b", literal=True), "text",
-                c("text").str.replace_all(P.ANSI.regex, ""))
+    df = _patch(frame, frame["text"].str.contains(X.ANSI_MARK), "text", c("text").str.replace_all(X.ANSI_RX, ""))
     return _read_received(_Run._recover_torn(_envelope(df)))
 
 
@@ -1178,6 +1206,8 @@ class _Out:
         self.last: pl.DataFrame | None = None  # the last record of each process stream
         self.cfg: pl.DataFrame | None = None   # config lines (line_no, msg)
         self.keys: list[tuple[pa.Table, pa.Table]] = []  # prompt-block keys and (line_no, request_id)
+        self.iters: pl.DataFrame | None = None  # iteration lines' fields (vllm_steps.RAW_COLUMNS)
+        self.iter_rejected = 0
 
     def emit(self, table: str, rows: pl.DataFrame) -> None:
         # As Arrow: a compact copy, so the queued rows do not keep whole frames alive through string views.

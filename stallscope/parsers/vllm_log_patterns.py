@@ -518,6 +518,53 @@ PARAMS_HEAD = Pattern(
     doc="params cut from a Received line by byte offsets: it must start like a params repr, else the line goes "
         "through `received_params`.")
 
+# -- per-step iteration lines (vLLM >= 0.11, --enable-logging-iteration-details) ---------------------------------
+
+# No public log carries these lines yet: the samples below are built from the source format
+# (vllm/v1/engine/core.py `EngineCore.log_iteration_details`, vllm/v1/utils.py `compute_iteration_details`; see
+# ../shared/notes/production-evidence.md §1), with the envelopes of real EngineCore lines (issues 28910, 44411).
+_ITER = ("Iteration(1412): 1 context requests, 2048 context tokens, 37 generation requests, 37 generation tokens, "
+         "iteration elapsed time: 61.27 ms")
+
+ITERATION = Pattern(
+    "iteration",
+    r"^Iteration\((?P<iter>-?\d+)\): (?P<ctx_reqs>\d+) context requests, (?P<ctx_tokens>\d+) context tokens, "
+    r"(?P<gen_reqs>\d+) generation requests, (?P<gen_tokens>\d+) generation tokens, "
+    r"iteration elapsed time: (?P<elapsed>\S+) ms(?P<dummy> \(dummy\))?\s*$",
+    (Sample(_ITER, {"iter": "1412", "ctx_reqs": "1", "ctx_tokens": "2048", "gen_reqs": "37", "gen_tokens": "37",
+                    "elapsed": "61.27", "dummy": None}),
+     Sample("Iteration(0): 0 context requests, 0 context tokens, 0 generation requests, 0 generation tokens, "
+            "iteration elapsed time: 0.41 ms (dummy)", {"iter": "0", "ctx_tokens": "0", "elapsed": "0.41",
+                                                         "dummy": " (dummy)"}),
+     Sample("Iteration(7): 0 context requests, 0 context tokens, 12 generation requests, 12 generation tokens, "
+            "iteration elapsed time: nan ms", {"gen_reqs": "12", "elapsed": "nan"})),
+    doc="msg: one engine step (`Iteration(i): a context requests, b context tokens, c generation requests, d "
+        "generation tokens, iteration elapsed time: t ms[ (dummy)]`, logger vllm.v1.engine.core, INFO, written when "
+        "the wait for the step's output ends). `elapsed` is taken as any token and checked as a number by the parser "
+        "(negative, NaN or infinite elapsed times are rejected). Samples built from the source format (no public log "
+        "has these lines): https://github.com/vllm-project/vllm/blob/main/vllm/v1/engine/core.py "
+        "(`log_iteration_details`) and vllm/v1/utils.py (`compute_iteration_details`), see production-evidence.md §1.")
+
+ITERATION_HEAD = Pattern(
+    "iteration_head", r"^Iteration\(",
+    (Sample(_ITER, {}), Sample("Iteration(3): 2 context requests, iteration elapsed time: 5.00 ms", {})),
+    doc="msg: any message that starts like an iteration line; those `iteration` does not read (missing or malformed "
+        "fields) become rejects with their line number. Samples built from the source format: "
+        "https://github.com/vllm-project/vllm/blob/main/vllm/v1/engine/core.py (see `iteration`).")
+
+ENGINE_CORE = Pattern(
+    "engine_core_process",
+    r"(?:^|/ )(?P<name>EngineCore(?:_DP(?P<dp>\d+)|_(?P<idx>\d+))?) pid=(?P<pid>\d+)",
+    (Sample("EngineCore_DP0 pid=33630", {"name": "EngineCore_DP0", "dp": "0", "pid": "33630"}, X28910),
+     Sample("EngineCore pid=395145", {"name": "EngineCore", "dp": None, "idx": None, "pid": "395145"}, X44411),
+     Sample("EngineCore_0 pid=1159 / RayWorkerWrapper pid=1273", {"name": "EngineCore_0", "idx": "0", "pid": "1159"})),
+    doc="process (the parser's ` / `-joined prefix names): the EngineCore that wrote an iteration line, its data-"
+        "parallel rank (`_DP<k>`, 0.10.1's `_<k>`; NULL for `(EngineCore pid=N)` and for lines without a prefix) and "
+        "pid. Each EngineCore process keeps its own iteration counter. The first two samples are the prefixes of real "
+        "lines; the nested one is the parser's name for the nested prefix `(EngineCore_0 pid=1159) (RayWorkerWrapper "
+        "pid=1273)` of the 0.10.1.1 Ray fixture (vLLM's `_add_prefix`, https://github.com/vllm-project/vllm; "
+        "vllm-formats.md §1.2).")
+
 STATS_FRAGMENT = Pattern(
     "stats_fragment", r"(?:Running: \d+ reqs|KV cache usage: " + NUM + r"%)",
     (Sample(", Running: 10 reqs, Waiting: 0 reqs, GPU KV cache usage: 3.5%, Prefix cache hit rate: 53.7%", {}, FREADME),),
@@ -529,5 +576,5 @@ PATTERNS = [
     LIFECYCLE, ENGINE_SUFFIX, ENGINE_ID_2026, ACCESS, CFG_VERSION, CFG_INIT, CFG_CHUNKED, CFG_KV_TOKENS, CFG_BLOCKS_V0, CFG_BLOCKS_V1,
     CFG_MAX_LEN, CFG_ARGS, CFG_NONDEFAULT, CFG_KV, CFG_DICT_KV, TB_HEAD, TB_FRAME, TB_EXC, TB_CHAIN, TB_PROCESS,
     NOISE_NCCL, NOISE_TQDM, NOISE_SHELL, NOISE_PYWARN, NOISE_TORCH_LOG, NOISE_RAY_CORE,
-    NOISE_SHELL_CONT, NOISE_BLANK, STATS_FRAGMENT, TORN_NCCL, TORN_SHORT, PARAMS_HEAD, PROCESS_SEP,
+    NOISE_SHELL_CONT, NOISE_BLANK, STATS_FRAGMENT, TORN_NCCL, TORN_SHORT, PARAMS_HEAD, PROCESS_SEP, ITERATION, ITERATION_HEAD, ENGINE_CORE,
 ]

@@ -14,6 +14,15 @@ import numpy as np
 from stallscope.errors import StallscopeError
 
 ENGINE_POLICY_NAMES = {"chunked": "chunked", "v0": "prefill_first", "sglang": "sglang_prefill_only"}
+# How far the stated goodput band is widened around the point goodput, by the kind of step evidence the fit used.
+# A trace's steps carry their own windows and (with detailed annotations) each step's KV read and prefill
+# attention work. vLLM's iteration lines give the same composition counts and the wait for each step's output,
+# but no KV read (unless a benchmark file is aligned), no prefill attention work, and the host time between
+# steps is inferred from the 1-s stamps: the replay's coefficient draws do not see those gaps, so each side of
+# the band is stretched by half again.
+# SGLang's batch lines time 40-forward decode means and prefill forwards only through 2-decimal throughputs and
+# differences (stallscope/recommend/observe.py sglang_observations): each side twice as wide.
+EVIDENCE_BAND = {"trace": 1.0, "iteration_log": 1.5, "sglang_log": 2.0}
 
 
 @dataclass
@@ -50,7 +59,8 @@ def recommend(con, opts: Options) -> dict:
     slo = check_slo(opts.slo)
     n_req = con.execute("SELECT count(*) FROM requests").fetchall()[0][0]
     n_steps = con.execute("SELECT count(*) FROM steps").fetchall()[0][0]
-    if not n_req and not n_steps:
+    n_iter = con.execute("SELECT count(*) FROM engine_steps WHERE NOT coalesce(dummy, false)").fetchall()[0][0]
+    if not n_req and not n_steps and not n_iter:
         raise StallscopeError("the store is empty: ingest a profiler trace, server log or benchmark file first "
                               "(stallscope ingest FILE... --db DB)")
     if not opts.prepared:
@@ -62,16 +72,20 @@ def recommend(con, opts: Options) -> dict:
 
     obs, info = observe.step_observations(con)
     model = None
-    if n_steps == 0:
+    if n_steps == 0 and n_iter and len(obs) == 0:
+        missing.append(f"engine step durations: the {n_iter} vLLM iteration lines carry no step with tokens and a "
+                       "positive elapsed time")
+    elif n_steps == 0 and not n_iter and len(obs) == 0:
         batches = con.execute("SELECT count(*) FROM engine_batches").fetchall()[0][0]
         if batches:
-            missing.append(f"engine step durations: the {batches} SGLang batch lines carry scheduling times (and "
-                           "decode lines only every 40 iterations), not step durations; add a profiler trace "
-                           "(SGLang step markers) of the same load")
+            missing.append(f"engine step durations: none of the {batches} SGLang batch lines times a step (a decode "
+                           "interval without prefill lines, or two prefill lines with prefill work waiting, each "
+                           "with its throughput field); add a profiler trace (SGLang step markers) of the same load")
         else:
-            missing.append("engine steps: the store has no profiler trace (no per-step durations and batch "
-                           "composition); capture one with torch.profiler around the engine's execute_model (vLLM "
-                           "VLLM_TORCH_PROFILER_DIR) while serving the same load")
+            missing.append("engine steps: the store has no profiler trace and no vLLM iteration lines (no per-step "
+                           "durations and batch composition); serve with vLLM >= 0.11 and "
+                           "--enable-logging-iteration-details, or capture a trace with torch.profiler around the "
+                           "engine's execute_model (vLLM VLLM_TORCH_PROFILER_DIR) while serving the same load")
     elif len(obs) == 0:
         missing.append(f"per-step batch composition: the {n_steps} traced steps carry no prefill/decode token "
                        "counts (vLLM execute_context_N(T)_generation_M(G) annotations, SGLang step markers); "
@@ -83,13 +97,13 @@ def recommend(con, opts: Options) -> dict:
             missing.append(f"enough composed steps: {e}")
     wl_obs = observe.workload(con)
     if wl_obs is None:
-        missing.append("the workload: no requests with arrival times and prompt lengths (a benchmark file from vllm "
-                       "bench serve --save-result --save-detailed, or a server log with request lines)")
+        missing.append(_missing_workload(con))
     elif wl_obs.missing_output:
         missing.append(f"output lengths of {wl_obs.missing_output} of {len(wl_obs.arrival_ns)} requests (the server "
                        "log does not print them): add the benchmark file of the same run")
     if model is not None:
         out["model"] = _model_dict(model, info)
+        out["evidence"], out["evidence_steps"] = info.get("evidence"), model.steps_used
     if missing:
         out["missing_evidence"] = missing
         return _clean(out)
@@ -191,7 +205,8 @@ def recommend(con, opts: Options) -> dict:
         "chunk_tokens": C,
         "predicted_p99_itl_ms": best.p99_itl_ms, "predicted_mean_tpot_ms": best.mean_tpot_ms,
         "predicted_p90_ttft_ms": best.p90_ttft_ms,
-        "goodput_rps": best.goodput_rps, "goodput_band_rps": [best.lo, best.hi],
+        "goodput_rps": best.goodput_rps,
+        "goodput_band_rps": _band(best.goodput_rps, best.lo, best.hi, EVIDENCE_BAND.get(out["evidence"], 1.0)),
         "attainment": best.attainment, "meets_attainment": meets, "load_for_target_rps": load_for_target,
         "ttft_cost_ms": cf_row.get("ttft_ms"),
         "placement": place, "prefill_decode_split": list(dis.split) if (place and dis) else None,
@@ -218,6 +233,24 @@ def recommend(con, opts: Options) -> dict:
                      + (f"; {choose._name(C)} reaches it at {load_for_target:.2f} req/s" if load_for_target else "")
                      + "; see placement")
     return _clean(out)
+
+
+def _missing_workload(con) -> str:
+    """Why the store gives no workload to replay, in the words of what it does hold."""
+    n_blind = con.execute("""SELECT count(*) FROM requests WHERE kind = 'server' AND arrival_ns IS NOT NULL
+                             AND prompt_tokens IS NULL""").fetchall()[0][0]
+    if n_blind:
+        return (f"the workload's prompt lengths: the server log's {n_blind} request lines carry no prompt (vLLM >= "
+                "0.10 prints it only at DEBUG) and the store has no benchmark file; vLLM's iteration lines give each "
+                "step's context tokens but not how they split over requests, so the prompts are not rebuilt from "
+                "them here: add the benchmark file of the same run (vllm bench serve --save-result --save-detailed)")
+    return ("the workload: no requests with arrival times and prompt lengths (a benchmark file from vllm bench serve "
+            "--save-result --save-detailed, or a server log with request lines)")
+
+
+def _band(point: float, lo: float, hi: float, widen: float) -> list[float]:
+    """The replay's goodput band around `point`, each side stretched by `widen` (EVIDENCE_BAND), never below 0."""
+    return [max(0.0, point - widen * (point - lo)), point + widen * (hi - point)]
 
 
 def _clean(v):
@@ -260,6 +293,7 @@ def _empty(eng) -> dict:
             "predicted_p99_itl_ms": None, "predicted_mean_tpot_ms": None, "predicted_p90_ttft_ms": None,
             "goodput_rps": None, "goodput_band_rps": None, "ttft_cost_ms": None, "placement": None,
             "prefill_decode_split": None, "placement_margin": None, "goodput_by_chunk": [], "model": None,
+            "evidence": None, "evidence_steps": 0,
             "missing_evidence": []}
 
 

@@ -11,10 +11,6 @@ from rich.console import Console
 from rich.table import Table
 
 
-def register(app: typer.Typer) -> None:
-    app.command("recommend")(recommend_cmd)
-
-
 def recommend_cmd(
         paths: Optional[list[Path]] = typer.Argument(None, help="Input files or directories: ingested into a fresh "
                                                                 "store first (or into --db when given)."),
@@ -34,7 +30,7 @@ def recommend_cmd(
     """Recommend the chunked-prefill budget and aggregated vs disaggregated serving for an SLO, from the incident."""
     from stallscope.analyze import parse_slo
     from stallscope.errors import StallscopeError
-    from stallscope.analyze_cli import open_store
+    from stallscope.ingest.stores import open_store
 
     from . import Options, check_slo, recommend
 

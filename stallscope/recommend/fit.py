@@ -73,22 +73,6 @@ class StepModel:
         return {k: float(v) for k, v in zip(TERMS, self.coef)}
 
 
-def predict_from_dict(model: dict, *, prefill_tokens, decode_seqs, kv_read, attn):
-    """The median and p99 step time (ms arrays) a recommendation's `model` object states for these steps.
-
-    For readers of the JSON (the report's step-time figure): the same design as `StepModel.predict`, the tile and
-    the split-conformal band (`p99_band`, decode-only vs prefill-carrying steps) taken from the object. Unknown
-    features count as 0 (a step the store gives no decode or attention figures for)."""
-    c = model.get("coefficients") or {}
-    coef = np.array([float(c.get(k) or 0.0) for k in TERMS])
-    pf, dec, kv, at = (np.nan_to_num(np.asarray(a, float)) for a in (prefill_tokens, decode_seqs, kv_read, attn))
-    tile = int(model.get("tile_tokens") or DEFAULT_TILE)
-    med = _design(dec, pf + dec, kv, at, tile) @ coef
-    band = model.get("p99_band") or {}
-    qd, qm = (float(band.get(k)) if isinstance(band.get(k), (int, float)) else np.nan for k in ("decode", "prefill"))
-    return med, med * (1 + np.where(pf > 0, qm, qd))
-
-
 class FitError(Exception):
     """The observations cannot support a fit (the message names the missing evidence)."""
 
@@ -97,6 +81,8 @@ def _tiled(tokens: np.ndarray, tile: int) -> np.ndarray:
     return np.ceil(tokens / tile) * tile
 
 
+# queries/report/report_step_model.sql applies the same design to the report's steps (the step-time figure):
+# change both together (test_report checks the figure's predictions against these terms).
 def _design(dec, tok, kv, att, tile) -> np.ndarray:
     return np.column_stack([np.ones_like(dec), dec, kv, _tiled(tok, tile), att])
 

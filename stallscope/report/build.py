@@ -181,6 +181,13 @@ def _hurt(con, a: dict, b: list, top: int) -> None:
                    [False, True, True, True, True, True, True, False, False]))
 
 
+_EVIDENCE_WORDS = {"trace": "the profiler trace's steps",
+                   "iteration_log": "vLLM's per-step Iteration log lines (no profiler trace; goodput band widened "
+                                    "x1.5)",
+                   "sglang_log": "SGLang's scheduler batch lines (40-forward decode means and prefill forwards timed "
+                                 "by their throughput fields; no profiler trace; goodput band widened x2)"}
+
+
 def _recommendation(a: dict, b: list, img: dict) -> None:
     b.append(Heading(2, "Recommendation"))
     rec = a.get("recommendation")
@@ -220,6 +227,9 @@ def _recommendation(a: dict, b: list, img: dict) -> None:
                    if v is not True]
         if unident:
             items.append(["Not identified by the data: " + "; ".join(unident) + "."])
+    evidence = _EVIDENCE_WORDS.get(rec.get("evidence"))
+    if evidence:
+        items.append([f"Step evidence: {evidence} ({num(rec.get('evidence_steps'))} steps fitted)."])
     missing = rec.get("missing_evidence") or []
     if missing:
         items.append(["Missing evidence: " + "; ".join(clip(m, 200) for m in missing) + "."])

@@ -1,4 +1,4 @@
-"""The `stallscope report` and `stallscope export perfetto` commands."""
+"""The `stallscope report` command and the `export` sub-app (`export perfetto`), registered by stallscope/cli.py."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,14 +10,8 @@ export_app = typer.Typer(add_completion=False, no_args_is_help=True,
                          help="Export the store for other tools (Perfetto / chrome://tracing).")
 
 
-def register(app: typer.Typer) -> None:
-    app.command("report")(report_cmd)
-    export_app.command("perfetto")(perfetto_cmd)
-    app.add_typer(export_app, name="export")
-
-
 def _open_store(paths, db, year, tz):
-    from ..analyze_cli import open_store
+    from ..ingest.stores import open_store
 
     store = open_store(paths, db, year, tz)
     store.con.execute("SET enable_progress_bar = false")  # DuckDB's own bar would interleave with the summary
@@ -62,6 +56,7 @@ def report_cmd(
     summary(rep)
 
 
+@export_app.command("perfetto")
 def perfetto_cmd(
         out: Path = typer.Argument(..., help="Output file: OUT.json, or OUT.json.gz for gzip."),
         paths: Optional[list[Path]] = typer.Argument(None, help="Input files to ingest first (else --db)."),
@@ -71,11 +66,14 @@ def perfetto_cmd(
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
     """Write Chrome-trace JSON for ui.perfetto.dev / chrome://tracing: kernels, CPU ops, steps, gap/spike/chunk tracks."""
-    from ..analyze import Options, parse_slo
+    from ..analyze import Options, prepare
+    from ..slo import parse_slo
     from .perfetto import export
 
+    opts = Options(slo=parse_slo(slo), spike_k=spike_k, report_views=False)  # the export reads no report_* view
     with _open_store(paths, db, year, tz) as store:
-        counts = export(store, out, Options(slo=parse_slo(slo), spike_k=spike_k))
+        prepare(store.con, opts)
+        counts = export(store, out)
     total = sum(counts.values())
     detail = ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items()))
     typer.echo(f"wrote {out}: {total:,} events ({detail}); open it in https://ui.perfetto.dev (Open trace file)")

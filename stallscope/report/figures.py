@@ -45,8 +45,8 @@ ABOUT = {
              "missed (view `report_requests`; a reservoir sample of {sample_points:,} when there are more)."),
     "step_time": ("Traced step duration against the prefill tokens it computed (view `report_steps`), coloured by "
                   "phase; with a recommendation, the fitted step-time model's prediction for each step's "
-                  "composition (its coefficients applied to decode sequences, KV tokens read, prefill tokens and "
-                  "attention work) and its p99 band."),
+                  "composition (macro `report_step_model`: its coefficients applied to decode sequences, KV tokens "
+                  "read, prefill tokens and attention work) and its p99 band."),
     "chunk_goodput": ("Goodput by chunked-prefill budget from the recommendation's what-if replay of this "
                       "incident's workload (`recommendation.goodput_by_chunk`), with its uncertainty band, the "
                       "budget the incident ran with and the recommended one."),
@@ -57,21 +57,18 @@ def _con(store):
     return getattr(store, "con", store)
 
 
-def _ensure_views(con, analysis: dict | None) -> None:
-    """Install the analysis views (with the analysis's SLOs) when the connection does not have them yet."""
+def _ensure_views(con, analysis: dict | None = None) -> None:
+    """Add the report's views to a connection the analysis ran on (`stallscope.analyze.analyze`); the figures draw
+    what it computed and never run it themselves."""
     from .. import sqlviews
+    from ..errors import StallscopeError
 
     have = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'analysis_params'").fetchall()[0][0]
-    if have:
-        if not sqlviews.has_report_views(con):
-            sqlviews.install_report(con)
-        return
-    from ..analyze import Options, Slo, prepare
-
-    slo = (analysis or {}).get("slo") or {}
-    opts = Options(slo=Slo(**{k: slo.get(k) for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")}),
-                   spike_k=slo.get("spike_k", 3.0))
-    prepare(con, opts)
+    if not have:
+        raise StallscopeError("the figures draw an analysed store: run stallscope.analyze.analyze(store.con, ...) "
+                              "on this connection first")
+    if not sqlviews.has_report_views(con):
+        sqlviews.install_report(con)
 
 
 def new_figure(rows: int = 1, height_ratios=None, height: float = HEIGHT_IN) -> tuple[Figure, list]:
@@ -103,9 +100,7 @@ def _origin(con, analysis: dict | None) -> int | None:
     w = (analysis or {}).get("window") or {}
     if w.get("start_ns") is not None:
         return int(w["start_ns"])
-    row = con.execute("""SELECT min(t) FROM (SELECT min(end_ns - gap_ns) AS t FROM client_gaps
-                         UNION ALL SELECT min(start_ns) FROM step_gaps
-                         UNION ALL SELECT min(arrival_ns) FROM report_requests)""").fetchall()[0][0]
+    row = con.execute("SELECT origin_ns FROM report_origin").fetchall()[0][0]
     return None if row is None else int(row)
 
 
@@ -114,12 +109,12 @@ def _time_label(t0: int) -> str:
     return f"time since {when} UTC (s)"
 
 
-def _arrays(con, sql: str) -> dict[str, np.ndarray]:
+def _arrays(con, sql: str, params: dict | None = None) -> dict[str, np.ndarray]:
     """Run SQL and hand back each column as a numpy array through Arrow: numbers as float (NULL as NaN),
     booleans as bool (NULL as False), text as object."""
     import pyarrow as pa
 
-    tbl = con.sql(sql).to_arrow_table()
+    tbl = con.sql(sql, params=params).to_arrow_table()
     out = {}
     for name in tbl.column_names:
         col = tbl.column(name)
@@ -240,9 +235,7 @@ def throughput(store, analysis: dict | None = None) -> Figure:
     con = _con(store)
     _ensure_views(con, analysis)
     title = "Tokens/s against goodput over time"
-    span = con.execute("""SELECT min(t), max(t) FROM (
-        SELECT first_token_ns AS t FROM report_requests JOIN request_metrics USING (source_id, run_line, request_id)
-        UNION ALL SELECT finish_ns FROM report_requests UNION ALL SELECT end_ns FROM step_phase)""").fetchall()[0]
+    span = con.execute("SELECT start_ns, end_ns FROM report_token_span").fetchall()[0]
     if span[0] is None:
         return _unavailable(title, "no token timings: no requests and no traced steps", "time (s)", "tokens/s")
     dur_s = max((span[1] - span[0]) / 1e9, 1e-3)
@@ -352,11 +345,14 @@ def step_time(store, analysis: dict | None = None) -> Figure:
     if not n:
         return _unavailable(title, "no traced steps: load a PyTorch-profiler trace to see step times",
                             "prefill tokens per step", "step time (ms)")
+    rec = (analysis or {}).get("recommendation")
+    model = rec.get("model") if isinstance(rec, dict) else None
+    coefs = (model or {}).get("coefficients") if isinstance(model, dict) else None
+    has_model = isinstance(coefs, dict) and bool(coefs)
     sample = f"USING SAMPLE reservoir({SAMPLE_POINTS} ROWS) REPEATABLE (7)" if n > SAMPLE_POINTS else ""
-    d = _arrays(con, f"""SELECT step_ms, coalesce(prefill_tokens, assigned_tokens, 0) AS tokens, decode_seqs,
-                                kv_tokens_read, coalesce(prefill_tokens, assigned_tokens, 0) AS prefill_tokens,
-                                attention_units, coalesce(phase, 'unknown') AS phase
-                         FROM (SELECT * FROM report_steps WHERE isfinite(step_ms) AND step_ms >= 0) {sample}""")
+    args = ", ".join(f"{k} := ${k}" for k in _MODEL_ARGS)
+    d = _arrays(con, f"SELECT * FROM (SELECT * FROM report_step_model({args})) {sample}",
+                _model_args(model) if has_model else dict.fromkeys(_MODEL_ARGS))
     fig, (ax,) = new_figure()
     ax.set_title(title + (f" ({SAMPLE_POINTS:,} of {n:,} steps sampled)" if sample else ""))
     colors = {"decode": "#4a6fa5", "prefill": "#e76f51", "mixed": "#7b3fbf", "empty": "#9a9a9a", "unknown": "#555555"}
@@ -365,14 +361,8 @@ def step_time(store, analysis: dict | None = None) -> Figure:
         if m.any():
             ax.scatter(d["tokens"][m], d["step_ms"][m], s=10, c=color, alpha=0.6, linewidths=0,
                        label=f"{ph} steps ({int(m.sum()):,})", gid=f"steps_{ph}")
-    rec = (analysis or {}).get("recommendation")
-    model = rec.get("model") if isinstance(rec, dict) else None
-    coefs = (model or {}).get("coefficients") if isinstance(model, dict) else None
-    if isinstance(coefs, dict) and coefs:
-        from ..recommend.fit import predict_from_dict
-
-        pred, hi = predict_from_dict(model, prefill_tokens=d["prefill_tokens"], decode_seqs=d["decode_seqs"],
-                                     kv_read=d["kv_tokens_read"], attn=d["attention_units"])
+    if has_model:
+        pred, hi = d["predicted_ms"], d["p99_ms"]
         order = np.argsort(d["tokens"], kind="stable")
         ax.scatter(d["tokens"][order], pred[order], s=8, marker="_", c="#111111", alpha=0.8, linewidths=1,
                    label="fitted model (prediction per step)", gid="model_prediction")
@@ -388,7 +378,7 @@ def step_time(store, analysis: dict | None = None) -> Figure:
     if not (d["tokens"] > 0).any():
         centred_note(ax, "the traced steps carry no prefill token counts (no batch-composition annotation, no requests "
                   "to assign chunks to)")
-    if not (isinstance(coefs, dict) and coefs):
+    if not has_model:
         ax.text(0.99, 0.02, "fitted step-time model: not computed (no recommendation)", transform=ax.transAxes,
                 ha="right", va="bottom", fontsize=9, color="#555555")
     ax.set_xlabel("prefill tokens in the step")
@@ -396,6 +386,25 @@ def step_time(store, analysis: dict | None = None) -> Figure:
     ax.grid(True, alpha=0.25)
     ax.legend(loc="upper left", fontsize=8, framealpha=0.85)
     return fig
+
+
+# The parameters of the `report_step_model` macro, read from the recommendation's `model` object.
+_MODEL_ARGS = ("fixed_ms", "per_decode_seq_ms", "per_kv_token_ms", "per_prefill_token_ms", "per_attention_unit_ms",
+               "tile_tokens", "q_decode", "q_prefill")
+
+
+def _model_args(model: dict) -> dict:
+    """The model as the macro's arguments: a missing coefficient is 0 and a missing tile the fit's default (256),
+    as the recommendation states them (docs/analysis-json.md); a band quantile that is no number is NULL."""
+    c = model.get("coefficients") or {}
+    band = model.get("p99_band") or {}
+
+    def num(v):
+        return float(v) if isinstance(v, (int, float)) else None
+
+    args = {k: float(c.get(k) or 0.0) for k in _MODEL_ARGS[:5]}
+    return {**args, "tile_tokens": int(model.get("tile_tokens") or 256), "q_decode": num(band.get("decode")),
+            "q_prefill": num(band.get("prefill"))}
 
 
 # -- goodput against chunk budget -------------------------------------------------------------------------------

@@ -1,49 +1,15 @@
 """The canonical schema: every table, column, unit and meaning, defined once and rendered to DDL and docs/schema.md."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from .model import SCHEMA_VERSION, Col, Table
+from . import analysis, core, metrics, serving, trace
 
-SCHEMA_VERSION = 1
-
-
-@dataclass(frozen=True)
-class Col:
-    name: str
-    type: str
-    unit: str
-    doc: str
-
-
-@dataclass(frozen=True)
-class Table:
-    name: str
-    doc: str
-    cols: tuple[Col, ...]
-    group: str = ""
-    # Tables whose rows belong to one source are deleted with it on re-ingest.
-    per_source: bool = True
-    indexes: tuple[str, ...] = field(default_factory=tuple)
-
-    def ddl(self) -> str:
-        body = ",\n  ".join(f"{c.name} {c.type}" for c in self.cols)
-        return f"CREATE TABLE IF NOT EXISTS {self.name} (\n  {body}\n)"
-
-    def col(self, name: str) -> Col:
-        for c in self.cols:
-            if c.name == name:
-                return c
-        raise KeyError(f"{self.name}.{name}")
-
-    @property
-    def names(self) -> list[str]:
-        return [c.name for c in self.cols]
+__all__ = ["SCHEMA_VERSION", "Col", "Table", "TABLES", "create_all", "render_markdown"]
 
 
 def _collect() -> dict[str, Table]:
-    from . import analysis, core, serving, trace
-
     out: dict[str, Table] = {}
-    for mod in (core, trace, serving, analysis):
+    for mod in (core, trace, serving, metrics, analysis):
         for t in mod.TABLES:
             if t.name in out:
                 raise ValueError(f"table {t.name} defined twice")
@@ -107,9 +73,7 @@ def create_all(con) -> None:
 
 def _seed_phase_rules(con) -> None:
     """Built-in kernel phase rules: restored on open, user rows left alone."""
-    from .analysis import DEFAULT_PHASE_RULES
-
     have = {r[0] for r in con.execute("SELECT rule_id FROM phase_rules WHERE builtin").fetchall()}
-    missing = [(*r, True) for r in DEFAULT_PHASE_RULES if r[0] not in have]
+    missing = [(*r, True) for r in analysis.DEFAULT_PHASE_RULES if r[0] not in have]
     if missing:
         con.executemany("INSERT INTO phase_rules VALUES (?, ?, ?, ?, ?, ?, ?)", missing)

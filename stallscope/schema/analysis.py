@@ -1,5 +1,5 @@
 """Tables the analyses read besides the evidence: user-extensible rules (kernel phase labels)."""
-from . import Col, Table
+from .model import Col, Table
 
 TABLES = [
     Table(

@@ -1,5 +1,5 @@
 """Bookkeeping tables: what was ingested, how its clock was set, and every input record that was rejected."""
-from . import Col, Table
+from .model import Col, Table
 
 NS = "ns since Unix epoch, UTC"
 

@@ -1,5 +1,5 @@
 """Request-level and engine-level tables written by the server-log and benchmark parsers."""
-from . import Col, Table
+from .model import Col, Table
 
 NS = "ns since Unix epoch, UTC"
 SRC = Col("source_id", "INTEGER", "", "The file the row came from (`sources.source_id`).")
@@ -141,6 +141,41 @@ TABLES = [
             Col("kv_tokens", "INTEGER", "tokens", "`#token` (or `#full token`): KV-cache tokens in use."),
             Col("mamba_usage", "DOUBLE", "fraction", "`mamba usage` of hybrid models, 0..1."),
             Col("extra", "VARCHAR", "", "Known fields without a column of their own, as printed (`largest-len: 0, #prealloc-req: 3`, other rank tags)."),
+        ),
+        group=G,
+    ),
+    Table(
+        "engine_steps",
+        "Engine steps from vLLM's per-step log lines (`Iteration(i): a context requests, b context tokens, c generation "
+        "requests, d generation tokens, iteration elapsed time: t ms`, vLLM >= 0.11 with "
+        "`--enable-logging-iteration-details`), one row per line, one step sequence per EngineCore process and run. "
+        "The stamps have 1 s resolution; each step's end is placed inside its stamped second from the order and the "
+        "elapsed times: a step ends no earlier than the previous placed end plus its own elapsed time plus the host "
+        "gap (`host_gap_ms`) and inside its stamped second; the earliest such chain (forward pass) and the latest "
+        "(backward pass) bound every end (`end_lo_ns`, `end_hi_ns`), and the end is placed at their midpoint. Where "
+        "steps run back to back the seconds' edges pin the chain and the bounds are tight; after an idle stretch only "
+        "the stamp's second bounds it. A benchmark file in the same store is aligned onto these ends (clock method "
+        "`matched_iteration_steps`, stallscope/ingest/align.py).",
+        (
+            SRC, LINE,
+            Col("process", "VARCHAR", "", "Process prefix as named by the parser (`EngineCore_DP0 pid=2415`); NULL for lines without one."),
+            Col("engine_core", "VARCHAR", "", "The EngineCore process name without its pid (`EngineCore_DP0`, `EngineCore`, `EngineCore_0`); NULL without a prefix."),
+            Col("dp_rank", "INTEGER", "", "Data-parallel rank from `EngineCore_DP<k>` (0.10.1: `EngineCore_<k>`); NULL when the prefix does not say."),
+            Col("pid", "INTEGER", "", "The EngineCore's pid from its prefix."),
+            Col("sequence", "INTEGER", "", "0-based step sequence of this process in the file: a new one whenever the counter does not go up by one from the previous line of the same process (an EngineCore restart sets it back to 0)."),
+            Col("iteration", "BIGINT", "", "The printed counter `i` (per EngineCore process, from 0)."),
+            Col("stamp_ns", "BIGINT", NS, "The line's own timestamp (1 s resolution): the step ended within [stamp_ns, stamp_ns + 1 s)."),
+            Col("start_ns", "BIGINT", NS, "Placed start: end_ns - elapsed_ms."),
+            Col("end_ns", "BIGINT", NS, "Placed end: the midpoint of [end_lo_ns, end_hi_ns]."),
+            Col("end_lo_ns", "BIGINT", NS, "Earliest end consistent with the stamps, the order and the elapsed times."),
+            Col("end_hi_ns", "BIGINT", NS, "Latest such end; (end_hi_ns - end_lo_ns) / 2 is the placement's uncertainty."),
+            Col("elapsed_ms", "DOUBLE", "ms", "`iteration elapsed time`: the engine's wait for the step's model output (time.monotonic, printed with 2 decimals)."),
+            Col("host_gap_ms", "DOUBLE", "ms", "Host time assumed between two steps of the sequence for the placement: the 25th percentile, over seconds in which steps ran back to back, of (1 s - their elapsed times) / steps; 0 when no such second exists."),
+            Col("ctx_reqs", "INTEGER", "requests", "Context requests (prefill or prefill-chunk) in the step."),
+            Col("ctx_tokens", "BIGINT", "tokens", "Their scheduled tokens (with prefix caching: the computed tokens, not the prompt length)."),
+            Col("gen_reqs", "INTEGER", "requests", "Generation (decode) requests."),
+            Col("gen_tokens", "BIGINT", "tokens", "Their scheduled tokens (1 each; more with speculative decoding)."),
+            Col("dummy", "BOOLEAN", "", "` (dummy)`: a data-parallel padding step (all counts 0); kept, and left out of step-time fits."),
         ),
         group=G,
     ),

@@ -1,5 +1,5 @@
 """GPU-timeline tables written by the PyTorch-profiler (Kineto) parser."""
-from . import Col, Table
+from .model import Col, Table
 
 NS = "ns since Unix epoch, UTC"
 SRC = Col("source_id", "INTEGER", "", "The trace file (`sources.source_id`).")

@@ -2,7 +2,8 @@
 
     trace.pt.trace.json.gz   Kineto trace of the engine worker (rank 0)
     bench_serve.json         vllm bench serve --save-result --save-detailed
-    vllm_server.log          vLLM V1 server log (policy chunked) or V0 log (policy v0)
+    vllm_server.log          vLLM V1 server log (policy chunked; with --iteration-log a 2026 one with per-step
+                             Iteration lines) or V0 log (policy v0)
     sglang_scheduler.log     SGLang scheduler log (policy sglang)
     tgi_router.log           TGI router log (per-request Success records)
     truth.json               ground truth (see stallscope/simulate/truth.py and sample_traces/README.md)

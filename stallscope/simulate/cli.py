@@ -63,6 +63,10 @@ def simulate_cmd(
                                                   help="Serve the shared prefix from the KV cache (vLLM: 16-token "
                                                        "blocks; sglang: radix, per token). Default: on with "
                                                        "--shared-prefix."),
+    iteration_log: bool = typer.Option(False, "--iteration-log", help="chunked: write the vLLM log as a 2026 server "
+                                       "(v0.12, --enable-logging-iteration-details) does: one Iteration(i) line per "
+                                       "engine step with its true composition and elapsed time, Received lines "
+                                       "without the prompt."),
     gzip_kinds: Optional[str] = typer.Option(None, "--gzip", help="Artifacts to gzip: a comma list of bench, vllm, "
                                                                   "tgi, sglang, truth, or all."),
 ):
@@ -80,7 +84,9 @@ def simulate_cmd(
                    slo=parse_slo(slo), start=start, attention_backend=attention_backend.value if attention_backend
                    else None, trace_layers=trace_layers, trace_annotation=trace_annotation.value,
                    replay=str(replay) if replay else None, spike_k=spike_k, shared_prefix=shared_prefix,
-                   prefix_caching=prefix_caching)
+                   prefix_caching=prefix_caching, iteration_log=iteration_log)
+    if iteration_log and spec.policy != "chunked":
+        raise StallscopeError("--iteration-log needs --policy chunked (the vLLM V1 engine writes the Iteration lines)")
     t0 = time.perf_counter()
     run = execute(spec)
     t_sim = time.perf_counter() - t0
@@ -124,7 +130,3 @@ def _kinds(text: str | None) -> tuple[str, ...]:
         raise StallscopeError(f"--gzip: unknown artifact {bad[0]!r}; use {', '.join(text_kinds)} or all "
                               "(the trace is always gzipped)")
     return kinds
-
-
-def register(app: typer.Typer) -> None:
-    app.command("simulate")(simulate_cmd)

@@ -19,10 +19,12 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from .logtext import Lines, f1, record, ts_text
 from .runner import Run
 from .text import BOS, text_of, token_ids
 
 V1_VERSION = "0.10.1.1"
+V1_ITERATION_VERSION = "0.12.0"  # --iteration-log: a late-2025 server (EngineCore_DP0 prefix, prompt-less Received)
 V0_VERSION = "0.8.3"
 
 SAMPLING = ("SamplingParams(n=1, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0, "
@@ -30,40 +32,6 @@ SAMPLING = ("SamplingParams(n=1, presence_penalty=0.0, frequency_penalty=0.0, re
             "include_stop_str_in_output=False, ignore_eos=True, max_tokens={max_tokens}, min_tokens=0, logprobs=None, "
             "prompt_logprobs=None, skip_special_tokens=True, spaces_between_special_tokens=True, "
             "truncate_prompt_tokens=None, guided_decoding=None, extra_args=None)")
-
-
-def _ts(ns: pl.Expr, fmt: str) -> pl.Expr:
-    return pl.from_epoch(ns, time_unit="ns").dt.strftime(fmt)
-
-
-class _Lines:
-    """(time ns, order, text) rows, assembled into one sorted text at the end."""
-
-    def __init__(self):
-        self.frames: list[pl.DataFrame] = []
-        self.seq = 0
-
-    def add(self, t_ns, text) -> None:
-        t = np.atleast_1d(np.asarray(t_ns, dtype=np.int64))
-        if isinstance(text, pl.Series):
-            s = text
-        else:
-            s = pl.Series(np.atleast_1d(np.asarray(text, dtype=object)).tolist(), dtype=pl.String)
-        self.frames.append(pl.DataFrame({"t": t, "o": np.arange(self.seq, self.seq + len(t), dtype=np.int64),
-                                         "s": s}))
-        self.seq += len(t)
-
-    def text(self) -> bytes:
-        df = pl.concat(self.frames).sort(["t", "o"])
-        return ("\n".join(df["s"].to_list()) + "\n").encode()
-
-
-def _rec(prefix: str, level: str, file_line: str, t_ns: np.ndarray, msg: pl.Expr | str) -> pl.Series:
-    """`{prefix}LEVEL MM-DD hh:mm:ss [file:line] msg` for each time."""
-    df = pl.DataFrame({"t": np.asarray(t_ns, dtype=np.int64)})
-    m = msg if isinstance(msg, pl.Expr) else pl.lit(msg)
-    return df.select(pl.concat_str([pl.lit(f"{prefix}{level} "), _ts(pl.col("t"), "%m-%d %H:%M:%S"),
-                                    pl.lit(f" [{file_line}] "), m]).alias("s"))["s"]
 
 
 def _prompts(run: Run) -> tuple[list[str], list[str]]:
@@ -142,9 +110,13 @@ def _hit_rates(run: Run, times_rel: np.ndarray, window: int | None) -> np.ndarra
 
 def vllm_v1(run: Run) -> bytes:
     spec, pre = run.spec, run.preset
+    it = spec.iteration_log
     pa, pe, pw = run.pids["api"], run.pids["engine"], run.pids["worker"]
     A, E, W = f"(APIServer pid={pa}) ", f"(EngineCore_0 pid={pe}) ", f"(VllmWorker TP0 pid={pw}) "
-    L = _Lines()
+    version = V1_VERSION
+    if it:
+        E, W, version = f"(EngineCore_DP0 pid={pe}) ", f"(Worker_TP0 pid={pw}) ", V1_ITERATION_VERSION
+    L = Lines()
     t0 = run.epoch_start_ns - 150_000_000_000
     model = pre.model
     budget = spec.resolved_budget()
@@ -153,6 +125,8 @@ def vllm_v1(run: Run) -> bytes:
     nd = {"model_tag": model, "model": model, "max_model_len": pre.max_model_len,
           "tensor_parallel_size": pre.tp, "max_num_batched_tokens": budget, "max_num_seqs": spec.max_num_seqs,
           "enable_log_requests": True}
+    if it:
+        nd["enable_logging_iteration_details"] = True
     apc = run.sim.config.prefix_caching or spec.shared_prefix is None  # V1 default: on
     if not apc:
         nd["enable_prefix_caching"] = False
@@ -165,7 +139,7 @@ def vllm_v1(run: Run) -> bytes:
             '288,280,272,264,256,248,240,232,224,216,208,200,192,184,176,168,160,152,144,136,128,120,112,104,96,88,80,'
             '72,64,56,48,40,32,24,16,8,4,2,1],"cudagraph_copy_inputs":false,"full_cuda_graph":false,"pass_config":{},'
             '"max_capture_size":512,"local_cache_dir":null}')
-    init = (f"Initializing a V1 LLM engine (v{V1_VERSION}) with config: model='{model}', speculative_config=None, "
+    init = (f"Initializing a V1 LLM engine (v{version}) with config: model='{model}', speculative_config=None, "
             f"tokenizer='{model}', skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, "
             f"override_neuron_config={{}}, tokenizer_revision=None, trust_remote_code=False, dtype=torch.bfloat16, "
             f"max_seq_len={pre.max_model_len}, download_dir=None, load_format=auto, tensor_parallel_size={pre.tp}, "
@@ -173,13 +147,14 @@ def vllm_v1(run: Run) -> bytes:
             f"kv_cache_dtype=auto, device_config=cuda, decoding_config=DecodingConfig(backend='auto', "
             f"disable_fallback=False, disable_any_whitespace=False, disable_additional_properties=False, "
             f"reasoning_backend=''), observability_config=ObservabilityConfig(show_hidden_metrics_for_version=None, "
-            f"otlp_traces_endpoint=None, collect_detailed_traces=None), seed=0, served_model_name={model}, "
+            f"otlp_traces_endpoint=None, collect_detailed_traces=None"
+            f"{', enable_logging_iteration_details=True' if it else ''}), seed=0, served_model_name={model}, "
             f"enable_prefix_caching={apc}, chunked_prefill_enabled=True, use_async_output_proc=True, "
             f"pooler_config=None, compilation_config={comp}")
     kv_gib = cap * pre.kv_bytes_per_token() / pre.tp / 2 ** 30
     startup = [
         (0.0, "", "INFO", "__init__.py:241", "Automatically detected platform cuda."),
-        (6.1, A, "INFO", "api_server.py:1805", f"vLLM API server version {V1_VERSION}"),
+        (6.1, A, "INFO", "api_server.py:1805", f"vLLM API server version {version}"),
         (6.1, A, "INFO", "utils.py:326", f"non-default args: {nd_txt}"),
         (14.2, A, "INFO", "__init__.py:711", f"Resolved architecture: {pre.architecture}"),
         (14.2, A, "INFO", "__init__.py:1750", f"Using max model len {pre.max_model_len}"),
@@ -203,12 +178,12 @@ def vllm_v1(run: Run) -> bytes:
         (97.3, A, "INFO", "launcher.py:36", "Available routes are:"),
     ]
     for k, (dt, pref, lvl, fl, msg) in enumerate(startup):
-        L.add(t0 + int(dt * 1e9) + k, _rec(pref, lvl, fl, np.array([t0 + int(dt * 1e9)]), msg))
+        L.add(t0 + int(dt * 1e9) + k, record(pref, lvl, fl, np.array([t0 + int(dt * 1e9)]), msg))
     for k, (route, meth) in enumerate((("/health", "GET"), ("/v1/models", "GET"), ("/v1/chat/completions", "POST"),
                                        ("/v1/completions", "POST"), ("/start_profile", "POST"),
                                        ("/stop_profile", "POST"), ("/metrics", "GET"))):
         t = t0 + int(97.3e9) + 10 + k
-        L.add(t, _rec(A, "INFO", "launcher.py:44", np.array([t]), f"Route: {route}, Methods: {meth}"))
+        L.add(t, record(A, "INFO", "launcher.py:44", np.array([t]), f"Route: {route}, Methods: {meth}"))
     t = t0 + int(97.4e9)
     for k, msg in enumerate((f"Started server process [{pa}]", "Waiting for application startup.",
                              "Application startup complete.")):
@@ -219,22 +194,27 @@ def vllm_v1(run: Run) -> bytes:
           f'{A}INFO:     127.0.0.1:{ports[-2]} - "POST /start_profile HTTP/1.1" 200 OK')
     _requests_v1(run, L, A, ports)
     _stats_v1(run, L, A)
+    if it:
+        _iterations_v1(run, L, E)
     L.add(run.epoch_start_ns + run.bench_end_ns + 1_500_000_000,
           f'{A}INFO:     127.0.0.1:{ports[-1]} - "POST /stop_profile HTTP/1.1" 200 OK')
     return L.text()
 
 
-def _requests_v1(run: Run, L: _Lines, A: str, ports) -> None:
+def _requests_v1(run: Run, L: Lines, A: str, ports) -> None:
     rf = _request_frame(run).with_columns(port=pl.Series(ports[:run.n]))
-    recv = rf.select(pl.concat_str([
-        pl.lit(f"{A}INFO "), _ts(pl.col("arr"), "%m-%d %H:%M:%S"), pl.lit(" [logger.py:43] Received request "),
-        pl.col("rid"), pl.lit(": prompt: '"), pl.col("prompt"), pl.lit("', params: "),
-        pl.lit(SAMPLING.split("{max_tokens}")[0]), pl.col("max_tokens").cast(pl.String),
-        pl.lit(SAMPLING.split("{max_tokens}")[1]), pl.lit(", prompt_token_ids: ["), pl.col("ids"),
-        pl.lit("], prompt_embeds shape: None, lora_request: None.")]).alias("s"))["s"]
+    if run.spec.iteration_log:
+        # Since ~0.10/0.11 the INFO line has no prompt (it moved to a DEBUG `Request … details` line).
+        recv = rf.select(pl.concat_str([
+            pl.lit(f"{A}INFO "), ts_text(pl.col("arr"), "%m-%d %H:%M:%S"), pl.lit(" [logger.py:49] Received request "),
+            pl.col("rid"), pl.lit(": params: "), pl.lit(SAMPLING.split("{max_tokens}")[0]),
+            pl.col("max_tokens").cast(pl.String), pl.lit(SAMPLING.split("{max_tokens}")[1]),
+            pl.lit(", lora_request: None.")]).alias("s"))["s"]
+    else:
+        recv = _received_with_prompt(rf, A)
     L.add(rf["arr"].to_numpy(), recv)
     added = rf.select(pl.concat_str([
-        pl.lit(f"{A}INFO "), _ts(pl.col("arr") + 1_000_000, "%m-%d %H:%M:%S"),
+        pl.lit(f"{A}INFO "), ts_text(pl.col("arr") + 1_000_000, "%m-%d %H:%M:%S"),
         pl.lit(" [async_llm.py:290] Added request "), pl.col("rid"), pl.lit(".")]).alias("s"))["s"]
     L.add(rf["arr"].to_numpy() + 1_000_000, added)
     acc = rf.select(pl.concat_str([pl.lit(f'{A}INFO:     127.0.0.1:'), pl.col("port").cast(pl.String),
@@ -242,7 +222,46 @@ def _requests_v1(run: Run, L: _Lines, A: str, ports) -> None:
     L.add(rf["arr"].to_numpy() + 1_500_000, acc)
 
 
-def _stats_v1(run: Run, L: _Lines, A: str) -> None:
+def _iterations_v1(run: Run, L: Lines, E: str) -> None:
+    """One `Iteration(i): …` line per engine step (vllm/v1/engine/core.py `log_iteration_details`), written when
+    the step's wait ends (its end, stamped to the second): the step's true composition (context = prefill chunks,
+    generation = decodes, one token each) and its model time as the elapsed time, `.2f` ms."""
+    sim = run.sim
+    t = run.wall(sim.end_ns)
+    L.add(t, iteration_lines(t, sim.prefill_reqs, sim.prefill_tokens, sim.n_decode, (sim.end_ns - sim.start_ns) / 1e6,
+                             E))
+
+
+def iteration_lines(t_end_ns, ctx_reqs, ctx_tokens, gen_reqs, elapsed_ms, E: str) -> pl.Series:
+    """The `Iteration(i): …` lines of steps ending at wall instants `t_end_ns` (one counter from 0), prefix `E`;
+    shared by the simulator and `stallscope capture` (stallscope/capture/writers.py)."""
+    df = pl.DataFrame({"t": np.asarray(t_end_ns, dtype=np.int64), "i": np.arange(len(t_end_ns), dtype=np.int64),
+                       "cr": np.asarray(ctx_reqs, dtype=np.int64), "ct": np.asarray(ctx_tokens, dtype=np.int64),
+                       "gr": np.asarray(gen_reqs, dtype=np.int64), "el": np.asarray(elapsed_ms, dtype=float)})
+    return df.select(pl.concat_str([
+        pl.lit(f"{E}INFO "), ts_text(pl.col("t"), "%m-%d %H:%M:%S"), pl.lit(" [core.py:457] Iteration("),
+        pl.col("i").cast(pl.String), pl.lit("): "), pl.col("cr").cast(pl.String), pl.lit(" context requests, "),
+        pl.col("ct").cast(pl.String), pl.lit(" context tokens, "), pl.col("gr").cast(pl.String),
+        pl.lit(" generation requests, "), pl.col("gr").cast(pl.String),
+        pl.lit(" generation tokens, iteration elapsed time: "), _f2ms("el"), pl.lit(" ms")]).alias("s"))["s"]
+
+
+def _f2ms(col: str) -> pl.Expr:
+    """`%.2f` of a non-negative float column."""
+    c = (pl.col(col) * 100).round(0).cast(pl.Int64)
+    return pl.concat_str([(c // 100).cast(pl.String), pl.lit("."), (c % 100).cast(pl.String).str.zfill(2)])
+
+
+def _received_with_prompt(rf: pl.DataFrame, A: str) -> pl.Series:
+    return rf.select(pl.concat_str([
+        pl.lit(f"{A}INFO "), ts_text(pl.col("arr"), "%m-%d %H:%M:%S"), pl.lit(" [logger.py:43] Received request "),
+        pl.col("rid"), pl.lit(": prompt: '"), pl.col("prompt"), pl.lit("', params: "),
+        pl.lit(SAMPLING.split("{max_tokens}")[0]), pl.col("max_tokens").cast(pl.String),
+        pl.lit(SAMPLING.split("{max_tokens}")[1]), pl.lit(", prompt_token_ids: ["), pl.col("ids"),
+        pl.lit("], prompt_embeds shape: None, lora_request: None.")]).alias("s"))["s"]
+
+
+def _stats_v1(run: Run, L: Lines, A: str) -> None:
     end_rel = run.bench_end_ns + 10_000_000_000
     phase = int(np.random.default_rng([run.spec.seed, 5]).integers(1_000_000_000, 9_000_000_000))
     times = np.arange(phase, end_rel, 10_000_000_000, dtype=np.int64)
@@ -254,24 +273,18 @@ def _stats_v1(run: Run, L: _Lines, A: str) -> None:
     df = pl.DataFrame({"t": run.wall(times[keep]), "p": prm[keep], "g": gen[keep], "r": running[keep],
                        "w": waiting[keep], "kv": kv[keep], "h": hit[keep]})
     s = df.select(pl.concat_str([
-        pl.lit(f"{A}INFO "), _ts(pl.col("t"), "%m-%d %H:%M:%S"),
-        pl.lit(" [loggers.py:123] Engine 000: Avg prompt throughput: "), _f1("p"),
-        pl.lit(" tokens/s, Avg generation throughput: "), _f1("g"), pl.lit(" tokens/s, Running: "),
+        pl.lit(f"{A}INFO "), ts_text(pl.col("t"), "%m-%d %H:%M:%S"),
+        pl.lit(" [loggers.py:123] Engine 000: Avg prompt throughput: "), f1("p"),
+        pl.lit(" tokens/s, Avg generation throughput: "), f1("g"), pl.lit(" tokens/s, Running: "),
         pl.col("r").cast(pl.String), pl.lit(" reqs, Waiting: "), pl.col("w").cast(pl.String),
-        pl.lit(" reqs, GPU KV cache usage: "), _f1("kv"), pl.lit("%, Prefix cache hit rate: "), _f1("h"),
+        pl.lit(" reqs, GPU KV cache usage: "), f1("kv"), pl.lit("%, Prefix cache hit rate: "), f1("h"),
         pl.lit("%")]).alias("s"))["s"]
     L.add(df["t"].to_numpy(), s)
 
 
-def _f1(col: str) -> pl.Expr:
-    """`%.1f` of a non-negative float column."""
-    c = (pl.col(col) * 10).round(0).cast(pl.Int64)
-    return pl.concat_str([(c // 10).cast(pl.String), pl.lit("."), (c % 10).cast(pl.String)])
-
-
 def vllm_v0(run: Run) -> bytes:
     spec, pre = run.spec, run.preset
-    L = _Lines()
+    L = Lines()
     t0 = run.epoch_start_ns - 200_000_000_000
     model = pre.model
     budget = spec.resolved_budget()
@@ -320,7 +333,7 @@ def vllm_v0(run: Run) -> bytes:
     ]
     for k, (dt, fl, msg) in enumerate(startup):
         t = t0 + int(dt * 1e9)
-        L.add(t + k, _rec("", "INFO", fl, np.array([t]), msg))
+        L.add(t + k, record("", "INFO", fl, np.array([t]), msg))
     t = t0 + int(40e9)
     for k, msg in enumerate(("Started server process [%d]" % run.pids["api"], "Waiting for application startup.",
                              "Application startup complete.")):
@@ -328,17 +341,17 @@ def vllm_v0(run: Run) -> bytes:
     ports = np.random.default_rng([run.spec.seed, 4]).integers(33000, 60000, run.n)
     rf = _request_frame(run).with_columns(port=pl.Series(ports))
     recv = rf.select(pl.concat_str([
-        pl.lit("INFO "), _ts(pl.col("arr"), "%m-%d %H:%M:%S"), pl.lit(" [logger.py:39] Received request "),
+        pl.lit("INFO "), ts_text(pl.col("arr"), "%m-%d %H:%M:%S"), pl.lit(" [logger.py:39] Received request "),
         pl.col("rid"), pl.lit(": prompt: '"), pl.col("prompt"), pl.lit("', params: "),
         pl.lit(SAMPLING.split("{max_tokens}")[0]), pl.col("max_tokens").cast(pl.String),
         pl.lit(SAMPLING.split("{max_tokens}")[1]), pl.lit(", prompt_token_ids: ["), pl.col("ids"),
         pl.lit("], lora_request: None, prompt_adapter_request: None.")]).alias("s"))["s"]
     L.add(rf["arr"].to_numpy(), recv)
     L.add(rf["arr"].to_numpy() + 1_000_000, rf.select(pl.concat_str([
-        pl.lit("INFO "), _ts(pl.col("arr") + 1_000_000, "%m-%d %H:%M:%S"),
+        pl.lit("INFO "), ts_text(pl.col("arr") + 1_000_000, "%m-%d %H:%M:%S"),
         pl.lit(" [async_llm_engine.py:211] Added request "), pl.col("rid"), pl.lit(".")]).alias("s"))["s"])
     L.add(rf["fin"].to_numpy() + 300_000, rf.select(pl.concat_str([
-        pl.lit("INFO "), _ts(pl.col("fin") + 300_000, "%m-%d %H:%M:%S"),
+        pl.lit("INFO "), ts_text(pl.col("fin") + 300_000, "%m-%d %H:%M:%S"),
         pl.lit(" [async_llm_engine.py:179] Finished request "), pl.col("rid"), pl.lit(".")]).alias("s"))["s"])
     # Streaming: the access line is written when the response starts, right after the request is added.
     L.add(rf["arr"].to_numpy() + 1_500_000, rf.select(pl.concat_str([
@@ -360,16 +373,16 @@ def vllm_v0(run: Run) -> bytes:
         prm, gen, running, waiting, kv = _stats_series(run, tr, iv)
         df = pl.DataFrame({"t": run.wall(tr), "p": prm, "g": gen, "r": running, "w": waiting, "kv": kv})
         s = df.select(pl.concat_str([
-            pl.lit("INFO "), _ts(pl.col("t"), "%m-%d %H:%M:%S"), pl.lit(" [metrics.py:488] Avg prompt throughput: "),
-            _f1("p"), pl.lit(" tokens/s, Avg generation throughput: "), _f1("g"), pl.lit(" tokens/s, Running: "),
+            pl.lit("INFO "), ts_text(pl.col("t"), "%m-%d %H:%M:%S"), pl.lit(" [metrics.py:488] Avg prompt throughput: "),
+            f1("p"), pl.lit(" tokens/s, Avg generation throughput: "), f1("g"), pl.lit(" tokens/s, Running: "),
             pl.col("r").cast(pl.String), pl.lit(" reqs, Swapped: 0 reqs, Pending: "), pl.col("w").cast(pl.String),
-            pl.lit(" reqs, GPU KV cache usage: "), _f1("kv"), pl.lit("%, CPU KV cache usage: 0.0%.")]).alias("s"))["s"]
+            pl.lit(" reqs, GPU KV cache usage: "), f1("kv"), pl.lit("%, CPU KV cache usage: 0.0%.")]).alias("s"))["s"]
         L.add(df["t"].to_numpy(), s)
         if run.sim.config.prefix_caching:
             # With --enable-prefix-caching V0 follows each stats line with its cumulative block hit rates.
             df = df.with_columns(h=pl.Series(_hit_rates(run, tr, None)))
             L.add(df["t"].to_numpy(), df.select(pl.concat_str([
-                pl.lit("INFO "), _ts(pl.col("t"), "%m-%d %H:%M:%S"),
+                pl.lit("INFO "), ts_text(pl.col("t"), "%m-%d %H:%M:%S"),
                 pl.lit(" [metrics.py:504] Prefix cache hit rate: GPU: "), _f2("h"),
                 pl.lit("%, CPU: 0.00%")]).alias("s"))["s"])
     return L.text()
@@ -390,7 +403,7 @@ def _rust_duration(ns: pl.Expr) -> pl.Expr:
 
 def tgi(run: Run) -> bytes:
     """TGI v3.0 router log: Connected, then one streaming Success record per request at its completion."""
-    L = _Lines()
+    L = Lines()
     rng = np.random.default_rng([run.spec.seed, 6])
     t_conn = run.epoch_start_ns - 30_000_000_000 + int(rng.integers(0, 1_000_000))
     L.add(t_conn, pl.Series([_tgi_ts_py(t_conn) + "  INFO text_generation_router::server: router/src/server.rs:2402: "
@@ -413,7 +426,7 @@ def tgi(run: Run) -> bytes:
     params2 = ("), return_full_text: None, stop: [], truncate: None, watermark: false, details: false, "
                "decoder_input_details: false, seed: None, top_n_tokens: None, grammar: None, adapter_id: None }")
     s = df.select(pl.concat_str([
-        _ts(pl.col("t"), "%Y-%m-%dT%H:%M:%S%.6fZ"), pl.lit("  INFO generate_stream{parameters="), pl.lit(params),
+        ts_text(pl.col("t"), "%Y-%m-%dT%H:%M:%S%.6fZ"), pl.lit("  INFO generate_stream{parameters="), pl.lit(params),
         pl.col("mx").cast(pl.String), pl.lit(params2),
         pl.lit(' total_time="'), _rust_duration(pl.col("tot")), pl.lit('" validation_time="'),
         _rust_duration(pl.col("val")), pl.lit('" queue_time="'), _rust_duration(pl.col("q")),
@@ -425,7 +438,7 @@ def tgi(run: Run) -> bytes:
 
 
 def _tgi_ts_py(t_ns: int) -> str:
-    return pl.select(_ts(pl.lit(t_ns, dtype=pl.Int64), "%Y-%m-%dT%H:%M:%S%.6fZ")).item()
+    return pl.select(ts_text(pl.lit(t_ns, dtype=pl.Int64), "%Y-%m-%dT%H:%M:%S%.6fZ")).item()
 
 
 def sglang(run: Run) -> bytes:
@@ -433,7 +446,7 @@ def sglang(run: Run) -> bytes:
     sim, pre = run.sim, run.preset
     cap = sim.config.kv_capacity(pre)
     tag = " TP0" if pre.tp > 1 else ""
-    L = _Lines()
+    L = Lines()
     t_init = run.epoch_start_ns - 60_000_000_000
     L.add(t_init, pl.Series([_sgl_head(t_init, tag) +
                              f"max_total_num_tokens={cap}, chunked_prefill_size={run.spec.resolved_budget()}, "
@@ -457,7 +470,7 @@ def sglang(run: Run) -> bytes:
     df = pl.DataFrame({"t": run.wall(t_pf), "n": nseq, "new": sim.prefill_tokens[pf], "cached": cached,
                        "u": usage, "run": sim.decoders[pf], "q": sim.n_waiting[pf] - nseq.clip(0, None), "thr": thr})
     s = df.select(pl.concat_str([
-        pl.lit("["), _ts(pl.col("t"), "%Y-%m-%d %H:%M:%S"), pl.lit(f"{tag}] Prefill batch, #new-seq: "),
+        pl.lit("["), ts_text(pl.col("t"), "%Y-%m-%d %H:%M:%S"), pl.lit(f"{tag}] Prefill batch, #new-seq: "),
         pl.col("n").cast(pl.String), pl.lit(", #new-token: "), pl.col("new").cast(pl.String),
         pl.lit(", #cached-token: "), pl.col("cached").cast(pl.String), pl.lit(", token usage: "), _f2("u"),
         pl.lit(", #running-req: "), pl.col("run").cast(pl.String), pl.lit(", #queue-req: "),
@@ -476,7 +489,7 @@ def sglang(run: Run) -> bytes:
         df = pl.DataFrame({"t": run.wall(sim.end_ns[pick]), "run": sim.n_decode[pick], "tok": sim.kv_used[pick],
                            "u": sim.kv_used[pick] / cap, "g": gen_tok / dt, "q": sim.n_waiting[pick]})
         s = df.select(pl.concat_str([
-            pl.lit("["), _ts(pl.col("t"), "%Y-%m-%d %H:%M:%S"), pl.lit(f"{tag}] Decode batch, #running-req: "),
+            pl.lit("["), ts_text(pl.col("t"), "%Y-%m-%d %H:%M:%S"), pl.lit(f"{tag}] Decode batch, #running-req: "),
             pl.col("run").cast(pl.String), pl.lit(", #token: "), pl.col("tok").cast(pl.String),
             pl.lit(", token usage: "), _f2("u"), pl.lit(", cuda graph: True, gen throughput (token/s): "), _f2("g"),
             pl.lit(", #queue-req: "), pl.col("q").cast(pl.String)]).alias("s"))["s"]
@@ -485,7 +498,7 @@ def sglang(run: Run) -> bytes:
 
 
 def _sgl_head(t_ns: int, tag: str) -> str:
-    return "[" + pl.select(_ts(pl.lit(t_ns, dtype=pl.Int64), "%Y-%m-%d %H:%M:%S")).item() + f"{tag}] "
+    return "[" + pl.select(ts_text(pl.lit(t_ns, dtype=pl.Int64), "%Y-%m-%d %H:%M:%S")).item() + f"{tag}] "
 
 
 def _f2(col: str) -> pl.Expr:

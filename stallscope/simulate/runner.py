@@ -29,7 +29,7 @@ def parse_slo(text: str | None) -> dict[str, float]:
     """`ttft=500ms,tpot=50ms,itl=200ms` (any subset; ms or s; a bare number is ms) -> {key: ms}.
 
     The same grammar as `stallscope analyze --slo` (one parser for both), keyed as truth.json keys SLOs."""
-    from ..analyze import parse_slo as parse
+    from ..slo import parse_slo as parse
 
     return {k.removesuffix("_ms"): v for k, v in parse(text).as_dict().items()}
 
@@ -68,6 +68,7 @@ class RunSpec:
     spike_k: float = 3.0
     shared_prefix: str | None = None        # FRACTION:TOKENS, e.g. 0.7:1536
     prefix_caching: bool | None = None      # default: on when there is a shared prefix
+    iteration_log: bool = False             # vLLM log as a 2026 server writes it with per-step Iteration lines
 
     def resolved_prefix_caching(self) -> bool:
         return bool(self.shared_prefix) if self.prefix_caching is None else bool(self.prefix_caching)
@@ -90,6 +91,8 @@ class RunSpec:
         # Written only when used, so that runs without them keep their bytes.
         if self.shared_prefix is None:
             del d["shared_prefix"]
+        if not self.iteration_log:
+            del d["iteration_log"]
         if self.prefix_caching is None and self.shared_prefix is None:
             del d["prefix_caching"]
         else:

@@ -11,6 +11,11 @@
 -- (vLLM V0 traces: the phase comes from the kernels) take it from the client stream too (`composition_basis`
 -- `client_tokens`): a decode or mixed step runs the requests decoding at its midpoint, a prefill-only step none,
 -- and its prefill tokens are the chunks `prefill_parts` assigned to it.
+-- Without any traced step with a known composition, the steps of a vLLM log's `Iteration(i)` lines
+-- (`engine_steps`, dummy and empty steps left out) are the evidence (`evidence` `iteration_log`): the step time is
+-- the line's elapsed time (the wait for the step's output), the composition its own counts, the host gap the one
+-- its sequence's placement assumed; their KV read comes from the client token stream as above (a benchmark file
+-- aligned onto the placed step ends), their prefill attention units are unknown (NULL).
 -- @depends step_phase, prefill_parts
 -- @column source_id        INTEGER  The trace.
 -- @column step_id          BIGINT   `steps.step_id`.
@@ -18,7 +23,7 @@
 -- @column start_ns         BIGINT   CPU window start, ns since Unix epoch, UTC.
 -- @column end_ns           BIGINT   CPU window end, ns since Unix epoch, UTC.
 -- @column step_ms          DOUBLE   Step duration (CPU execute window), ms.
--- @column host_gap_ms      DOUBLE   Idle host time before the next step of the same trace (next start − this end), ms; NULL for the last.
+-- @column host_gap_ms      DOUBLE   Idle host time before the next step of the same trace (next start − this end), ms; NULL for the last; for iteration lines the gap their placement assumed.
 -- @column phase            VARCHAR  `prefill`, `decode` or `mixed`.
 -- @column decode_seqs      BIGINT   Decode (generation) sequences in the step.
 -- @column prefill_tokens   BIGINT   Prefill tokens in the step.
@@ -28,9 +33,10 @@
 -- @column active_decodes   BIGINT   Requests decoding at the step's midpoint by the client token stream (NULL without one).
 -- @column attention_units  DOUBLE   Prefill attention work Σ c·(k + c/2) over the step's prefill chunks; NULL when unknown.
 -- @column attn_basis       VARCHAR  `annotation`, `prefill_parts`, `none` (no prefill) or NULL (unknown).
--- @column composition_basis VARCHAR `annotation` (the trace's own counts) or `client_tokens` (rebuilt, see above).
+-- @column composition_basis VARCHAR `annotation` (the trace's own counts), `client_tokens` (rebuilt, see above) or `iteration_line`.
+-- @column evidence         VARCHAR  `trace` (profiler trace steps) or `iteration_log` (vLLM Iteration lines).
 CREATE OR REPLACE TEMP VIEW recommend_step_obs AS
-WITH s AS (
+WITH traced AS (
     SELECT st.source_id, st.step_id, st.step_index, st.cpu_start_ns AS start_ns, st.cpu_end_ns AS end_ns,
            st.cpu_dur_ns / 1e6 AS step_ms,
            (lead(st.cpu_start_ns) OVER (PARTITION BY st.source_id ORDER BY st.step_index) - st.cpu_end_ns) / 1e6
@@ -40,6 +46,21 @@ WITH s AS (
            st.cpu_start_ns + (st.cpu_end_ns - st.cpu_start_ns) // 2 AS mid_ns
     FROM steps st JOIN step_phase p USING (step_id)
     WHERE p.phase IN ('prefill', 'decode', 'mixed') AND st.cpu_dur_ns > 0),
+logged AS (
+    SELECT source_id, CAST(NULL AS BIGINT) AS step_id,
+           CAST(row_number() OVER (PARTITION BY source_id ORDER BY line_no) - 1 AS INTEGER) AS step_index,
+           start_ns, end_ns, elapsed_ms AS step_ms, host_gap_ms,
+           CASE WHEN ctx_tokens > 0 AND gen_tokens > 0 THEN 'mixed' WHEN ctx_tokens > 0 THEN 'prefill'
+                ELSE 'decode' END AS phase,
+           gen_reqs, ctx_tokens, ctx_tokens + gen_tokens AS total_tokens, gen_tokens,
+           CAST(NULL AS BIGINT) AS gen_sum_kv, CAST(NULL AS DOUBLE) AS ctx_sum_qkv, CAST(NULL AS DOUBLE) AS ctx_sum_qq,
+           start_ns + (end_ns - start_ns) // 2 AS mid_ns
+    FROM engine_steps
+    WHERE NOT coalesce(dummy, false) AND elapsed_ms > 0 AND ctx_tokens + gen_tokens > 0),
+s AS (
+    SELECT *, 'trace' AS evidence FROM traced
+    UNION ALL BY NAME
+    SELECT *, 'iteration_log' AS evidence FROM logged),
 rq AS (
     SELECT source_id, request_id, prompt_tokens, output_tokens, first_token_ns, finish_ns FROM requests
     WHERE kind = 'client' AND coalesce(status, 'ok') = 'ok' AND first_token_ns IS NOT NULL AND finish_ns IS NOT NULL
@@ -67,11 +88,14 @@ j AS (
            CAST(coalesce(gen_reqs, CASE WHEN phase = 'prefill' THEN 0 ELSE active_decodes END) AS BIGINT) AS decode_seqs,
            CAST(coalesce(ctx_tokens, CASE WHEN phase = 'decode' THEN 0 ELSE parts_tokens END) AS BIGINT)
                AS prefill_tokens,
-           CASE WHEN gen_reqs IS NOT NULL THEN 'annotation' ELSE 'client_tokens' END AS composition_basis
+           CASE WHEN evidence = 'iteration_log' THEN 'iteration_line' WHEN gen_reqs IS NOT NULL THEN 'annotation'
+                ELSE 'client_tokens' END AS composition_basis
     FROM j0),
 k AS (
     SELECT *, CAST(coalesce(total_tokens, prefill_tokens + coalesce(gen_tokens, decode_seqs)) AS BIGINT) AS tokens
-    FROM j WHERE decode_seqs IS NOT NULL AND prefill_tokens IS NOT NULL)
+    FROM j WHERE decode_seqs IS NOT NULL AND prefill_tokens IS NOT NULL),
+-- Traced steps are the stronger evidence: iteration lines serve only a store without them.
+e AS (SELECT * FROM k WHERE evidence = 'trace' OR NOT EXISTS (SELECT 1 FROM k WHERE evidence = 'trace'))
 SELECT source_id, step_id, step_index, start_ns, end_ns, step_ms, host_gap_ms, phase, decode_seqs, prefill_tokens,
        tokens,
        CAST(CASE WHEN decode_seqs = 0 THEN 0 WHEN gen_sum_kv IS NOT NULL THEN gen_sum_kv
@@ -83,5 +107,5 @@ SELECT source_id, step_id, step_index, start_ns, end_ns, step_ms, host_gap_ms, p
                  WHEN attn_parts IS NOT NULL THEN attn_parts END AS DOUBLE) AS attention_units,
        CASE WHEN prefill_tokens = 0 THEN 'none' WHEN ctx_sum_qkv IS NOT NULL THEN 'annotation'
             WHEN attn_parts IS NOT NULL THEN 'prefill_parts' END AS attn_basis,
-       composition_basis
-FROM k;
+       composition_basis, evidence
+FROM e;

@@ -1,0 +1,1 @@
+"""The ingest layer: files -> format detection -> parsers -> canonical tables -> clock alignment, within a memory budget."""
