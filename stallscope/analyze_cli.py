@@ -6,6 +6,9 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+
+from . import cliopts
+from .faults import crash_point
 from rich.console import Console
 from rich.table import Table
 
@@ -14,12 +17,16 @@ def analyze_cmd(
         paths: Optional[list[Path]] = typer.Argument(None, help="Input files or directories: ingested into a fresh "
                                                                 "store first (or into --db when given)."),
         db: Optional[str] = typer.Option(None, "--db", help="Store to analyse (default stallscope.duckdb)."),
-        slo: Optional[str] = typer.Option(None, "--slo", help="SLOs, e.g. ttft=500ms,tpot=50ms,itl=200ms "
-                                                             "(any subset; ms or s)."),
-        attainment: float = typer.Option(0.9, "--attainment", help="Target share of good requests."),
-        spike_k: float = typer.Option(3.0, "--spike-k", help="A gap is a spike above k x the decode-only gap."),
+        slo: Optional[str] = typer.Option(None, "--slo", callback=cliopts.slo,
+                                          help="SLOs, e.g. ttft=500ms,tpot=50ms,itl=200ms "
+                                               "(any subset; ms or s)."),
+        attainment: float = typer.Option(0.9, "--attainment", callback=cliopts.attainment,
+                                         help="Target share of good requests."),
+        spike_k: float = typer.Option(3.0, "--spike-k", callback=cliopts.spike_k,
+                                      help="A gap is a spike above k x the decode-only gap."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the stallscope.analysis/1 JSON here."),
-        top: int = typer.Option(10, "--top", help="Spikes to show in the terminal summary."),
+        top: int = typer.Option(10, "--top", callback=cliopts.non_negative,
+                                help="Spikes to show in the terminal summary."),
         recommend: bool = typer.Option(False, "--recommend", help="Add the chunk-budget and placement recommendation "
                                                                   "(`stallscope recommend`) under \"recommendation\"."),
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
@@ -35,6 +42,7 @@ def analyze_cmd(
         check_slo(opts.slo)
     store = open_store(paths, db, year, tz)
     with store:
+        crash_point("analyze.start")  # stallscope.faults: where fault tests crash or interrupt an analysis
         result = analyze(store.con, opts)
         if recommend:
             from .recommend import Options as RecOptions, recommend as run_recommend
@@ -42,7 +50,9 @@ def analyze_cmd(
             result["recommendation"] = run_recommend(store.con, RecOptions(slo=opts.slo, attainment=attainment,
                                                                           prepared=True))
     if json_out:
-        json_out.write_text(json.dumps(result, indent=1) + "\n")
+        from .outputs import write_text
+
+        write_text(json_out, json.dumps(result, indent=1) + "\n")  # whole or not at all, never a cut file
     _summary(result, top)
     rec = result.get("recommendation")
     if rec is not None:

@@ -167,17 +167,24 @@ def sql(query: str = typer.Argument(..., help="A SQL query over the store."), db
     if format == OutFormat.parquet:
         if out_file is None:
             raise StallscopeError("--format parquet needs --out FILE")
-        df.write_parquet(out_file)
+        from .outputs import atomic_file
+
+        with atomic_file(out_file) as part:  # the old file or the whole new one (stallscope.outputs)
+            df.write_parquet(part)
         return
     if format == OutFormat.table:
         if out_file:
-            out_file.write_text(str(df))
+            from .outputs import write_text
+
+            write_text(out_file, str(df))
         else:
             _print_df(df, None)
         return
     text = df.write_csv() if format == OutFormat.csv else df.write_json()
     if out_file:
-        out_file.write_text(text)
+        from .outputs import write_text
+
+        write_text(out_file, text)
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
@@ -219,22 +226,27 @@ def _print_df(df, title: str | None) -> None:
 
 def main() -> None:
     """Entry point: every failure is one clear line on stderr and a non-zero exit, never a traceback."""
+    from . import interrupts
+
+    interrupts.install()
     try:
         rc = app(standalone_mode=False)
+        if rc == interrupts.EXIT_INTERRUPTED:  # the CLI framework turns a KeyboardInterrupt into this status
+            _interrupted()
         if isinstance(rc, int) and rc:  # click hands typer.Exit codes back instead of raising them
             sys.exit(rc)
+    except (typer.Abort, KeyboardInterrupt):
+        _interrupted()
     except StallscopeError as e:
+        if interrupts.requested():
+            _interrupted()
         _error(str(e))
         sys.exit(1)
     except typer.Exit as e:
         sys.exit(e.exit_code)
-    except typer.Abort:
-        err.print("aborted")
-        sys.exit(130)
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        sys.exit(130)
     except Exception as e:  # noqa: BLE001 - the promise is one line, not a traceback
+        if interrupts.requested():  # a query that Ctrl-C interrupted fails with DuckDB's own error
+            _interrupted()
         # Usage errors from the CLI framework (typer vendors click): recognised by shape, not by import path.
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):
             if type(e).__name__ == "NoArgsIsHelpError":  # the help text is already printed
@@ -246,6 +258,15 @@ def main() -> None:
         _error(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
                "(set STALLSCOPE_DEBUG=1 for a traceback)")
         sys.exit(2)
+
+
+def _interrupted():
+    """Exit 130 at once: worker threads still running (a parser's pool) must not hold the exit back."""
+    from . import interrupts
+
+    interrupts.say_interrupted()
+    sys.stdout.flush()
+    os._exit(interrupts.EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ from typing import Sequence
 import duckdb
 import polars as pl
 
-from .errors import StallscopeError, StoreLocked
+from . import interrupts
+from .errors import StallscopeError, StoreLocked, os_cause
 from .schema import TABLES, create_all
 
 DEFAULT_DB = "stallscope.duckdb"
@@ -29,13 +30,15 @@ def connect(path: str | Path, read_only: bool = False) -> duckdb.DuckDBPyConnect
         if p.exists() and p.is_dir():
             raise StallscopeError(f"{path} is a directory, not a DuckDB file")
     try:
-        return duckdb.connect(path, read_only=read_only)
+        con = duckdb.connect(path, read_only=read_only)
+        interrupts.register(con)  # Ctrl-C interrupts its queries (stallscope.interrupts)
+        return con
     except duckdb.IOException as e:
         m = _LOCK_RX.search(str(e))
         if m:
             who = f"{m['holder']} (PID {m['pid']}" + (f", user {m['user']}" if m["user"] else "") + ")"
             raise StoreLocked(f"{path} is locked by another process: {who}; wait for it to finish") from None
-        raise StallscopeError(f"cannot open {path}: {str(e).splitlines()[0]}") from None
+        raise StallscopeError(f"cannot open {path}: {os_cause(e)}") from None
     except duckdb.Error as e:
         raise StallscopeError(f"cannot open {path}: {str(e).splitlines()[0]}") from None
 
@@ -49,7 +52,11 @@ class Store:
         self.read_only = read_only
         self.con = connect(self.path, read_only=read_only)
         if not read_only:
-            create_all(self.con)
+            try:
+                create_all(self.con)
+            except duckdb.Error as e:  # a full disk, a read-only file system: said as such, with the file
+                self._close_quietly()
+                raise StallscopeError(f"cannot write the store {self.path}: {os_cause(e)}") from None
 
     # -- notebook API ------------------------------------------------------------------------------
     def sql(self, query: str, params: Sequence | dict | None = None) -> pl.DataFrame:
@@ -75,11 +82,20 @@ class Store:
     def close(self) -> None:
         self.con.close()
 
+    def _close_quietly(self) -> None:
+        try:
+            self.con.close()
+        except Exception:  # noqa: BLE001 - an error is already on its way to the user: never mask it
+            pass
+
     def __enter__(self) -> "Store":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None:
+            self._close_quietly()
+        else:
+            self.close()
 
     def __repr__(self) -> str:
         return f"Store({self.path!r})"

@@ -311,3 +311,17 @@ def test_html_opens_cleanly_in_headless_chromium(fleet):
     assert all(i["src_kind"] == "data" and i["complete"] and i["natural_width"] == 1000 for i in chk.images)
     assert chk.width <= 1280 and chk.body_text_chars > 2000
     assert 0.3 < blank_fraction(chk.screenshot) < 0.99
+
+
+def test_a_lake_whose_path_holds_a_quote_a_bracket_and_a_space_reports_the_same(fleet, tmp_path):
+    """DuckDB gets the lake's files as a list, each quoted once: the `'` was escaped twice and the `[` was read
+    as a glob, so `fleet report` found no lake at such a path."""
+    odd = tmp_path / "it's [a] lake"
+    shutil.copytree(fleet["lake"], odd)
+    r = cli("fleet", "report", odd, "--out", tmp_path / "rep")
+    assert r.returncode == 0, r.stderr
+    got = orjson.loads((tmp_path / "rep" / "fleet.json").read_bytes())
+    want = fleet["f"]["fleet"]
+    assert got["fleet"]["slo"] == want["slo"] and got["failed_shards"] == fleet["f"]["failed_shards"]
+    assert {k: v for k, v in got["fleet"].items() if k != "slo"} == pytest.approx(
+        {k: v for k, v in want.items() if k != "slo"}, rel=1e-12)

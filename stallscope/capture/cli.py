@@ -13,6 +13,8 @@ from typing import Optional
 
 import typer
 
+from .. import cliopts
+
 from stallscope.errors import StallscopeError
 
 INSTALL_HINT = "stallscope capture needs PyTorch: pip install 'stallscope[capture]'"
@@ -33,25 +35,30 @@ def capture_cmd(
     device: Device = typer.Option(Device.cpu, help="cpu, or cuda (CUDA activities recorded, CUDA graphs off)."),
     policy: Policy = typer.Option(Policy.chunked, help="chunked (vLLM V1: decodes first, counted in the budget) or "
                                                        "unchunked (prefill-first: decodes wait for whole prompts)."),
-    budget: Optional[int] = typer.Option(None, help="Token budget per step (max_num_batched_tokens). Default 512 "
-                                                    "chunked, max-model-len unchunked."),
-    duration: float = typer.Option(30.0, help="Seconds during which requests arrive (the run then drains)."),
-    rate: float = typer.Option(4.0, help="Request rate (req/s), Poisson arrivals."),
-    burstiness: float = typer.Option(1.0, help="Gamma shape of inter-arrival gaps (1 = Poisson)."),
+    budget: Optional[int] = typer.Option(None, callback=cliopts.positive,
+                                         help="Token budget per step (max_num_batched_tokens). Default 512 "
+                                              "chunked, max-model-len unchunked."),
+    duration: float = typer.Option(30.0, callback=cliopts.positive,
+                                   help="Seconds during which requests arrive (the run then drains)."),
+    rate: float = typer.Option(4.0, callback=cliopts.positive, help="Request rate (req/s), Poisson arrivals."),
+    burstiness: float = typer.Option(1.0, callback=cliopts.positive,
+                                     help="Gamma shape of inter-arrival gaps (1 = Poisson)."),
     prompt_len: str = typer.Option("96:0.5", help="Prompt tokens: MEAN (fixed) or MEAN:SIGMA (lognormal)."),
     output_len: str = typer.Option("64:0.4", help="Output tokens: MEAN or MEAN:SIGMA."),
     incident: Optional[str] = typer.Option("long-prompts:count=3,tokens=1536,spacing=2",
                                            help="long-prompts[:count=N,tokens=N,at=S,spacing=S], burst[:count=N,at=S] "
                                                 "or none (default at = half the duration)."),
-    max_num_seqs: int = typer.Option(16, help="Maximum running requests (KV-cache slots)."),
-    layers: int = typer.Option(2, help="Transformer layers."),
-    d_model: int = typer.Option(512, help="Model width."),
-    heads: int = typer.Option(8, help="Attention heads."),
-    kv_heads: int = typer.Option(2, help="KV heads (GQA groups)."),
-    ffn: int = typer.Option(1536, help="MLP width (SwiGLU)."),
-    max_model_len: int = typer.Option(4096, help="Longest request (prompt + output), the KV slot size."),
-    threads: int = typer.Option(1, help="torch CPU threads (0 = torch's default)."),
-    drain: float = typer.Option(60.0, help="Seconds after the last arrival before unfinished requests are cut off."),
+    max_num_seqs: int = typer.Option(16, callback=cliopts.positive, help="Maximum running requests (KV-cache slots)."),
+    layers: int = typer.Option(2, callback=cliopts.positive, help="Transformer layers."),
+    d_model: int = typer.Option(512, callback=cliopts.positive, help="Model width."),
+    heads: int = typer.Option(8, callback=cliopts.positive, help="Attention heads."),
+    kv_heads: int = typer.Option(2, callback=cliopts.positive, help="KV heads (GQA groups)."),
+    ffn: int = typer.Option(1536, callback=cliopts.positive, help="MLP width (SwiGLU)."),
+    max_model_len: int = typer.Option(4096, callback=cliopts.positive,
+                                      help="Longest request (prompt + output), the KV slot size."),
+    threads: int = typer.Option(1, callback=cliopts.non_negative, help="torch CPU threads (0 = torch's default)."),
+    drain: float = typer.Option(60.0, callback=cliopts.positive,
+                                help="Seconds after the last arrival before unfinished requests are cut off."),
     seed: int = typer.Option(0, help="Seed of the workload and the weights."),
     record_shapes: bool = typer.Option(True, "--record-shapes/--no-record-shapes",
                                        help="Input shapes on every op (costs the profiler ~2-5 MB of memory per "

@@ -10,6 +10,8 @@ from typing import Optional
 
 import typer
 
+from .. import cliopts
+
 fleet_app = typer.Typer(add_completion=False, no_args_is_help=True,
                         help="Fleet mode: analyse many replicas' files into a Parquet lake, and roll it up.")
 
@@ -31,16 +33,22 @@ def run_cmd(
                                                                        "auto); default: a local Ray on this machine."),
         window: Optional[str] = typer.Option(None, "--window", help="Cut each replica into time windows "
                                                                      "(10m, 1h, 1d): files by their last instant."),
-        retries: int = typer.Option(2, "--retries", help="Retries of a shard whose worker died or that raised an "
-                                                          "unexpected error."),
-        slo: Optional[str] = typer.Option(None, "--slo", help="SLOs, e.g. ttft=2s,itl=200ms (as analyze)."),
-        attainment: float = typer.Option(0.9, "--attainment", help="Target share of good requests."),
-        spike_k: float = typer.Option(3.0, "--spike-k", help="A gap is a spike above k x the decode-only gap."),
+        retries: int = typer.Option(2, "--retries", callback=cliopts.non_negative,
+                                    help="Retries of a shard whose worker died or that raised an "
+                                         "unexpected error."),
+        slo: Optional[str] = typer.Option(None, "--slo", callback=cliopts.slo,
+                                          help="SLOs, e.g. ttft=2s,itl=200ms (as analyze)."),
+        attainment: float = typer.Option(0.9, "--attainment", callback=cliopts.attainment,
+                                         help="Target share of good requests."),
+        spike_k: float = typer.Option(3.0, "--spike-k", callback=cliopts.spike_k,
+                                      help="A gap is a spike above k x the decode-only gap."),
         recommend: bool = typer.Option(True, "--recommend/--no-recommend",
                                        help="Also run the chunk-budget recommendation per shard (needs an SLO)."),
-        num_cpus: Optional[int] = typer.Option(None, "--num-cpus", help="CPUs of the local Ray (default: all)."),
-        task_memory: int = typer.Option(1500, "--task-memory-mb", help="Memory each Ray task declares, MB."),
-        object_store: Optional[int] = typer.Option(None, "--object-store-mb",
+        num_cpus: Optional[int] = typer.Option(None, "--num-cpus", callback=cliopts.positive,
+                                               help="CPUs of the local Ray (default: all)."),
+        task_memory: int = typer.Option(1500, "--task-memory-mb", callback=cliopts.positive,
+                                        help="Memory each Ray task declares, MB."),
+        object_store: Optional[int] = typer.Option(None, "--object-store-mb", callback=cliopts.positive,
                                                    help="Object store of the local Ray, MB (default Ray's)."),
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
@@ -92,14 +100,19 @@ def _progress(console):
 @fleet_app.command("simulate")
 def simulate_cmd(
         out: Path = typer.Option(..., "--out", "-o", help="Directory to write the fleet into."),
-        replicas: int = typer.Option(16, "--replicas", help="Number of replicas."),
-        windows: int = typer.Option(1, "--windows", help="Runs per replica, one per 10-minute window."),
-        window_s: int = typer.Option(600, "--window-s", help="Window length, s (runs start inside each window)."),
-        duration: float = typer.Option(5.0, "--duration", help="Seconds of arrivals per run."),
-        rate: float = typer.Option(4.0, "--rate", help="Request rate per replica, req/s."),
-        traced: int = typer.Option(2, "--traced", help="Replicas that also get a Kineto trace (first window)."),
-        pools: int = typer.Option(3, "--pools", help="Pools (1-3): chat (chunked 512), batch (chunked 8192), "
-                                                     "legacy (V0 unchunked)."),
+        replicas: int = typer.Option(16, "--replicas", callback=cliopts.positive, help="Number of replicas."),
+        windows: int = typer.Option(1, "--windows", callback=cliopts.positive,
+                                    help="Runs per replica, one per 10-minute window."),
+        window_s: int = typer.Option(600, "--window-s", callback=cliopts.positive,
+                                     help="Window length, s (runs start inside each window)."),
+        duration: float = typer.Option(5.0, "--duration", callback=cliopts.positive,
+                                       help="Seconds of arrivals per run."),
+        rate: float = typer.Option(4.0, "--rate", callback=cliopts.positive, help="Request rate per replica, req/s."),
+        traced: int = typer.Option(2, "--traced", callback=cliopts.non_negative,
+                                   help="Replicas that also get a Kineto trace (first window)."),
+        pools: int = typer.Option(3, "--pools", callback=cliopts.positive,
+                                  help="Pools (1-3): chat (chunked 512), batch (chunked 8192), "
+                                       "legacy (V0 unchunked)."),
         seed: int = typer.Option(0, "--seed", help="Seed of every random choice.")):
     """Write a simulated fleet (healthy and stalling replicas in 2-3 pools) as a `fleet run` SOURCE."""
     from .simulate import simulate_fleet
@@ -116,7 +129,7 @@ def report_cmd(
         lake: str = typer.Argument(..., help="The lake `stallscope fleet run` wrote (a directory or URI)."),
         out: Path = typer.Option(Path("stallscope-fleet-report"), "--out",
                                  help="Folder for report.md, report.html, fleet.json and the figures."),
-        top: int = typer.Option(20, "--top", help="Replicas and stall events to list.")):
+        top: int = typer.Option(20, "--top", callback=cliopts.non_negative, help="Replicas and stall events to list.")):
     """The fleet rollup: goodput and lost goodput per fleet, pool and replica, the worst stalls, pools whose chunk
     budget differs from their own data's recommendation, failed shards; terminal, report.md/.html, fleet.json."""
     from .report import build, summary

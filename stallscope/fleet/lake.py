@@ -246,17 +246,27 @@ class Lake:
 
 
 # -- reading the lake with DuckDB (the rollup's entry point) --------------------------------------------------
-def scan(lake: str, table: str) -> str:
+def scan(lake: str, table: str, files: list[str] | None = None) -> str:
     """A DuckDB table expression over one lake table, partition columns (pool, replica, window) as strings.
-    (`s3://` and `gs://` lakes need DuckDB's httpfs extension: `INSTALL httpfs; LOAD httpfs;`.)"""
-    lake = str(lake).removeprefix("file://").replace("'", "''")
+    (`s3://` and `gs://` lakes need DuckDB's httpfs extension: `INSTALL httpfs; LOAD httpfs;`.)
+    With `files` (the table's Parquet files, listed by the caller), DuckDB reads exactly those: no glob over a
+    path that may itself hold glob characters (`[`, `*`, `?`)."""
+    if table != "_shards" and table not in TABLES:
+        raise StallscopeError(f"no lake table {table!r}; tables: {', '.join(TABLES)}, _shards")
+    if files is not None:
+        where = "[" + ", ".join(_literal(f) for f in files) + "]"
+    else:
+        root = str(lake).removeprefix("file://").rstrip("/")
+        where = _literal(f"{root}/_shards/*/*.parquet" if table == "_shards" else f"{root}/{table}/*/*/*/*.parquet")
     if table == "_shards":
         # Its partition (`shard=`) repeats shard_id, which the rows hold: not added again.
-        return f"read_parquet('{lake.rstrip('/')}/_shards/*/*.parquet', hive_partitioning = false)"
-    if table not in TABLES:
-        raise StallscopeError(f"no lake table {table!r}; tables: {', '.join(TABLES)}, _shards")
-    return (f"read_parquet('{lake.rstrip('/')}/{table}/*/*/*/*.parquet', hive_partitioning = true, "
-            "hive_types_autocast = false, union_by_name = true)")
+        return f"read_parquet({where}, hive_partitioning = false)"
+    return f"read_parquet({where}, hive_partitioning = true, hive_types_autocast = false, union_by_name = true)"
+
+
+def _literal(text: str) -> str:
+    """A SQL string literal, quoted once."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 def done_filter(lake: str, alias: str = "t") -> str:

@@ -12,6 +12,7 @@ import orjson
 from matplotlib.figure import Figure
 
 from ..errors import StallscopeError
+from ..outputs import atomic_dir
 from ..report import figures as RF
 from ..report.page import Bullets, Heading, Image, Para, Table, _ticks, clip, num, pct, to_html, utc, to_markdown
 from .rollup import TOP, open_lake, rollup
@@ -279,23 +280,23 @@ def build(lake, out_dir, *, top: int = TOP) -> FleetReport:
         raise StallscopeError(f"--out {out} is a file, not a folder")
     with open_lake(lake) as lk:
         fleet = rollup(lk, top=top)
-    out.mkdir(parents=True, exist_ok=True)
     rep = FleetReport(out_dir=out, fleet=fleet)
     images = {}
-    for name, fn in FIGURES:
-        fig = fn(fleet)
-        png = RF.png_bytes(fig)
-        fig.clear()
-        (out / f"{name}.png").write_bytes(png)
-        rep.files[name] = out / f"{name}.png"
-        images[name] = Image(name, TITLES[name], png, ABOUT[name])
-    rep.blocks = _page(fleet, images, top)
-    (out / "fleet.json").write_bytes(orjson.dumps(fleet, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
-    rep.files["fleet.json"] = out / "fleet.json"
-    (out / "report.md").write_text(to_markdown(rep.blocks), encoding="utf-8")
-    rep.files["report.md"] = out / "report.md"
-    (out / "report.html").write_text(to_html(rep.blocks, "stallscope fleet report"), encoding="utf-8")
-    rep.files["report.html"] = out / "report.html"
+    with atomic_dir(out) as tmp:  # complete or not there (stallscope.outputs.atomic_dir)
+        for name, fn in FIGURES:
+            fig = fn(fleet)
+            png = RF.png_bytes(fig)
+            fig.clear()
+            (tmp / f"{name}.png").write_bytes(png)
+            rep.files[name] = out / f"{name}.png"
+            images[name] = Image(name, TITLES[name], png, ABOUT[name])
+        rep.blocks = _page(fleet, images, top)
+        (tmp / "fleet.json").write_bytes(orjson.dumps(fleet, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+        rep.files["fleet.json"] = out / "fleet.json"
+        (tmp / "report.md").write_text(to_markdown(rep.blocks), encoding="utf-8")
+        rep.files["report.md"] = out / "report.md"
+        (tmp / "report.html").write_text(to_html(rep.blocks, "stallscope fleet report"), encoding="utf-8")
+        rep.files["report.html"] = out / "report.html"
     return rep
 
 

@@ -69,9 +69,12 @@ def _local_table(con, root: str, table: str) -> tuple[str | None, int]:
     """(DuckDB table expression, Parquet files) of one lake table on a local disk: `lake.scan`'s read_parquet."""
     from . import lake as lk
 
-    glob = f"{root}/_shards/*/*.parquet" if table == "_shards" else f"{root}/{table}/*/*/*/*.parquet"
-    n = con.execute("SELECT count(*) FROM glob(?)", [glob]).fetchall()[0][0]
-    return (lk.scan(root.replace("'", "''"), table) if n else None), n
+    import glob
+
+    # Listed here with the root escaped (a lake path may hold `[` or `*`), then handed to DuckDB as a file list.
+    pattern = "_shards/*/*.parquet" if table == "_shards" else f"{table}/*/*/*/*.parquet"
+    files = sorted(glob.glob(f"{glob.escape(root)}/{pattern}"))
+    return (lk.scan(root, table, files) if files else None), len(files)
 
 
 def _remote_table(con, root: str, table: str, schema, parts: tuple[str, ...]) -> tuple[str | None, int]:

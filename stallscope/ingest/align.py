@@ -30,24 +30,23 @@ values also sit in `engine_config` rows with origin `bench_clock` (several runs 
 
 Callable from other modules: the pure functions `run_start_anchor_ns`, `find_run_window`, `assign_in_window`,
 `fit_common_offset`, `place_without_send_times`, `fit_offset_to_steps`, `match_run`; and over a store
-`align_store(con, touched=None)` (what the benchmark parser's post_ingest runs), `refine_with_iteration_steps` and
-`write_unit_clock`.
+`align_store(con, touched=None)` (what the ingest orchestrator runs after loading files), `refine_with_iteration_steps`
+and `write_unit_clock`.
 """
 from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
 import polars as pl
 
 from ..errors import InputError
+from .runclock import (BENCH_DATE_REGEX, MAX_DURATION_S, SECOND, ZONE_STEP_NS, run_start_anchor_ns,  # noqa: F401
+                       write_unit_clock)
 
-SECOND = 1_000_000_000
-MAX_DURATION_S = 1e9  # seconds: beyond this a run length does not fit the int64 ns clock with room to spare
-ZONE_STEP_NS = 900 * SECOND  # UTC offsets are whole quarter hours
 BENCH_PARSER = "bench_json"
+
 _UNKNOWN = np.iinfo(np.int64).min  # an arrival that stays NULL
 
 __all__ = ["run_start_anchor_ns", "find_run_window", "assign_in_window", "fit_common_offset",
@@ -55,35 +54,8 @@ __all__ = ["run_start_anchor_ns", "find_run_window", "assign_in_window", "fit_co
            "WindowMatch", "RunMatch", "StepFit"]
 
 
-# ==============================================================================================================
-# coarse anchor
-# ==============================================================================================================
-
-def run_start_anchor_ns(date: object, duration_s: float | None, tz: str) -> tuple[int | None, str]:
-    """Epoch ns of a run's start from vLLM's `date` (end of run, local time, `%Y%m%d-%H%M%S`) and `duration`."""
-    from stallscope.parsers.bench_json import PATTERNS
-
-    if not isinstance(date, str):
-        return None, "no `date` in the run"
-    m = PATTERNS[1].compiled.search(date.strip())
-    if m is None:
-        return None, f"`date` {date[:40]!r} is not YYYYMMDD-HHMMSS"
-    try:
-        zone = ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise InputError(f"unknown time zone {tz!r} (give an IANA name such as UTC or Europe/Paris)") from None
-    try:
-        local = _dt.datetime(*(int(m[k]) for k in ("year", "month", "day", "hour", "minute", "second")), tzinfo=zone)
-        end_ns = int(local.timestamp()) * SECOND + SECOND // 2  # strftime floors to the second
-    except (ValueError, OverflowError, OSError):
-        return None, f"`date` {date[:40]!r} is not a valid date"
-    # A duration is usable when it is a finite, non-negative number of seconds that fits the ns clock.
-    if duration_s is None or not np.isfinite(duration_s) or duration_s < 0 or duration_s > MAX_DURATION_S:
-        return None, f"`date` {date} but no usable `duration`"
-    start = end_ns - int(round(duration_s * SECOND))
-    return start, (f"run start = date {date} (end of run, local time read in zone {tz}) + 0.5 s - duration "
-                   f"{duration_s:.3f} s; coarse: ±1 s plus the zone assumption")
-
+# The coarse anchor (`run_start_anchor_ns`) and `write_unit_clock` live in runclock, below the parsers: the
+# benchmark parser writes a run's first clock with them while it loads.
 
 # ==============================================================================================================
 # pure functions over arrays
@@ -507,21 +479,6 @@ def match_run(bench_len: np.ndarray, bench_ok: np.ndarray, bench_latency_ns: np.
 # over a store
 # ==============================================================================================================
 
-def write_unit_clock(con, source_id: int, line_no: int, *, method: str, note: str, offset_ns: int | None,
-                     residual_ns: int | None, matched: int | None, server_source_id: int | None) -> None:
-    """Replace a run's `engine_config` rows with origin `bench_clock`."""
-    con.execute("DELETE FROM engine_config WHERE source_id = ? AND line_no = ? AND origin = 'bench_clock'",
-                [source_id, line_no])
-    rows = [("clock_method", method, None), ("clock_note", note, None),
-            ("clock_offset_ns", None if offset_ns is None else str(int(offset_ns)), offset_ns),
-            ("clock_residual_ns", None if residual_ns is None else str(int(residual_ns)), residual_ns),
-            ("matched_requests", None if matched is None else str(matched), matched),
-            ("server_source_id", None if server_source_id is None else str(server_source_id), server_source_id)]
-    con.executemany("INSERT INTO engine_config (source_id, line_no, key, value, value_num, origin) "
-                    "VALUES (?, ?, ?, ?, ?, 'bench_clock')",
-                    [[source_id, line_no, k, v, None if x is None else float(x)] for k, v, x in rows])
-
-
 @dataclass
 class _Unit:
     source_id: int
@@ -559,7 +516,8 @@ def _duration_ns(seconds) -> int | None:
     return int(round(seconds * SECOND))
 
 
-def _relevant(con, touched: list[int]) -> bool:
+def relevant(con, touched: list[int]) -> bool:
+    """Whether any of these sources is a benchmark, a server log with request rows, or a trace with steps."""
     if not touched:
         return False
     ids = ",".join(str(int(i)) for i in touched)
@@ -590,7 +548,7 @@ def align_store(con, touched: list[int] | None = None) -> list[str]:
     With `touched` (source ids of the ingest call that just ran), nothing happens unless one of them is a
     benchmark, a server log with request rows, or a trace with steps.
     """
-    if touched is not None and not _relevant(con, touched):
+    if touched is not None and not relevant(con, touched):
         return []
     units = _units(con)
     if not units:

@@ -117,8 +117,13 @@ def store_memory(con, limit_bytes: int = INGEST_DUCKDB_BYTES):
     mem.apply()
     try:
         yield mem
-    finally:
-        mem.lift()
+    except BaseException:
+        try:
+            mem.lift()
+        except Exception:  # noqa: BLE001 - after a fatal error (disk full) DuckDB refuses even a RESET: the
+            pass  # error that brought us here is the one the user must see
+        raise
+    mem.lift()
 
 
 def release_freed() -> None:

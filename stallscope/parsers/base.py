@@ -266,10 +266,6 @@ class Parser:
     def parse(self, ctx: ParseContext, fmt: str) -> None:
         raise NotImplementedError
 
-    def post_ingest(self, con: "duckdb.DuckDBPyConnection", source_ids: list[int], options: Options) -> list[str]:
-        """Runs once after every file of an ingest call is in (clock alignment across sources); returns notes."""
-        return []
-
 
 def file_mtime_ns(path: Path) -> int:
     return int(os.stat(path).st_mtime_ns)

@@ -22,7 +22,7 @@ Rows written (see docs/schema.md):
   values as JSON text (`server_info`, ...), and derived keys: `tool` (`vllm_bench_serve` / `sglang_bench_serving`),
   `run_index`, `requests`, `requests_failed`, `send_times` (`start_times` or `none`), `itl_ttft_bug_dropped`
   (requests whose itls[0] duplicated the TTFT, vllm#7242), `tz` (zone the `date` was read in),
-  `run_start_anchor_ns` (date - duration, see stallscope/align.py), `clock_anchor_note`. Origin `bench_clock`
+  `run_start_anchor_ns` (date - duration, see stallscope/ingest/runclock.py), `clock_anchor_note`. Origin `bench_clock`
   rows (written here, replaced by clock alignment): `clock_offset_ns`, `clock_method`, `clock_residual_ns`, `clock_note`,
   `matched_requests`, `server_source_id`.
 
@@ -33,8 +33,8 @@ that do not decode or are not a benchmark run (one record each). Skipped = blank
 
 Clock: at parse time each run is placed with `date` (end-of-run local time, zone from `--tz`) minus `duration`
 (`bench_date_minus_duration`, coarse); `start_times`, when present, give each request's send time relative to
-that anchor. Without `start_times` the request instants stay NULL until clock alignment (stallscope/align.py,
-run from `post_ingest`) matches the run to a server log's `Received request` lines.
+that anchor. Without `start_times` the request instants stay NULL until clock alignment (stallscope/ingest/align.py,
+run by the ingest orchestrator after every file is loaded) matches the run to a server log's `Received request` lines.
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ import polars as pl
 
 from .base import ParseContext, Parser
 from .patterns import Pattern, Sample
-from stallscope.ingest import align
+from stallscope.ingest import runclock as align
 from stallscope.errors import InputError
 
 VERSION = "1.0"
@@ -72,14 +72,14 @@ PATTERNS = [
     ),
     Pattern(
         "bench_date",
-        r"^(?P<year>\d{4})(?P<month>\d{2})(?P<day>\d{2})-(?P<hour>\d{2})(?P<minute>\d{2})(?P<second>\d{2})$",
+        align.BENCH_DATE_REGEX,
         (
             Sample("20250414-162000", {"year": "2025", "month": "04", "day": "14", "hour": "16", "minute": "20",
                                        "second": "00"}, _Q01),
             Sample("20250414-162342", {"hour": "16", "minute": "23", "second": "42"}, _QINF),
         ),
         doc="vLLM `date`: `datetime.now().strftime('%Y%m%d-%H%M%S')` when the run ended, client local time, "
-            "floored to the second (used by stallscope.ingest.align.run_start_anchor_ns).",
+            "floored to the second (used by stallscope.ingest.runclock.run_start_anchor_ns).",
     ),
 ]
 
@@ -156,10 +156,6 @@ class BenchJsonParser(Parser):
             f"{len(runs)} runs, per-run clock in engine_config (origin bench_clock): "
             + "; ".join(f"run {i}: {c[1]}" for i, c in enumerate(clocks)))
         ctx.set_clock(method, note, offset_ns=clocks[0][2])
-
-    def post_ingest(self, con, source_ids, options):
-        """Clock alignment of every benchmark run against server logs and traces (stallscope/align.py)."""
-        return align.align_store(con, touched=source_ids)
 
 
 PARSER = BenchJsonParser()

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+
+from .. import cliopts
 from rich.console import Console
 from rich.table import Table
 
@@ -15,15 +17,19 @@ def recommend_cmd(
         paths: Optional[list[Path]] = typer.Argument(None, help="Input files or directories: ingested into a fresh "
                                                                 "store first (or into --db when given)."),
         db: Optional[str] = typer.Option(None, "--db", help="Store to read (default stallscope.duckdb)."),
-        slo: Optional[str] = typer.Option(None, "--slo", help="SLOs, e.g. ttft=1s,itl=100ms or tpot=50ms (ms or s)."),
-        attainment: float = typer.Option(0.9, "--attainment", help="Target share of good requests."),
-        gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs to place (default: two replicas' worth)."),
+        slo: Optional[str] = typer.Option(None, "--slo", callback=cliopts.slo,
+                                          help="SLOs, e.g. ttft=1s,itl=100ms or tpot=50ms (ms or s)."),
+        attainment: float = typer.Option(0.9, "--attainment", callback=cliopts.attainment,
+                                         help="Target share of good requests."),
+        gpus: Optional[int] = typer.Option(None, "--gpus", callback=cliopts.positive,
+                                           help="GPUs to place (default: two replicas' worth)."),
         kv_link: Optional[str] = typer.Option(None, "--kv-link", help="KV-transfer link: nvlink, ib, roce, pcie or "
                                                                       "a bandwidth in GB/s per GPU."),
         model_config: Optional[str] = typer.Option(None, "--model-config", help="KV geometry: a known model name "
                                                    "or LAYERS,KV_HEADS,HEAD_DIM[,DTYPE_BYTES]."),
-        replays: int = typer.Option(3, "--replays", help="Replays per budget (the fitted model plus coefficient "
-                                                         "draws from its uncertainty)."),
+        replays: int = typer.Option(3, "--replays", callback=cliopts.positive,
+                                    help="Replays per budget (the fitted model plus coefficient "
+                                         "draws from its uncertainty)."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the recommendation object here."),
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 
+from ..outputs import atomic_dir
 from . import figures as F
 from .page import Bullets, Heading, Image, Para, Table, _ticks, clip, num, pct, to_html, utc, to_markdown
 
@@ -42,28 +43,29 @@ def build(store, analysis: dict, out_dir: str | Path, *, include_prompts: bool =
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise StallscopeError(f"--out {out} is a file, not a folder")
-    out.mkdir(parents=True, exist_ok=True)
     rep = Report(out_dir=out, analysis=analysis)
     F._ensure_views(con, analysis)
     images: dict[str, Image] = {}
-    for name, fn, title in F.ALL:
-        fig = fn(store, analysis)
-        png = F.png_bytes(fig)
-        fig.clear()
-        path = out / f"{name}.png"
-        path.write_bytes(png)
-        rep.files[name] = path
-        images[name] = Image(name, title, png, F.about(name))
-    blocks = _page(con, analysis, images, include_prompts, top, rep)
-    rep.blocks = blocks
-    # orjson writes NaN and infinities (hostile inputs) as null: the file stays strict JSON, and it is fast on
-    # analyses with 10^5 spikes.
-    (out / "analysis.json").write_bytes(orjson.dumps(analysis, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
-    rep.files["analysis.json"] = out / "analysis.json"
-    (out / "report.md").write_text(to_markdown(blocks), encoding="utf-8")
-    rep.files["report.md"] = out / "report.md"
-    (out / "report.html").write_text(to_html(blocks, "stallscope incident report"), encoding="utf-8")
-    rep.files["report.html"] = out / "report.html"
+    # Built in a folder beside `out`, then renamed into place: a report killed mid-way or cut by a full disk
+    # leaves no half-written folder (stallscope.outputs.atomic_dir).
+    with atomic_dir(out) as tmp:
+        for name, fn, title in F.ALL:
+            fig = fn(store, analysis)
+            png = F.png_bytes(fig)
+            fig.clear()
+            (tmp / f"{name}.png").write_bytes(png)
+            rep.files[name] = out / f"{name}.png"
+            images[name] = Image(name, title, png, F.about(name))
+        blocks = _page(con, analysis, images, include_prompts, top, rep)
+        rep.blocks = blocks
+        # orjson writes NaN and infinities (hostile inputs) as null: the file stays strict JSON, and it is fast on
+        # analyses with 10^5 spikes.
+        (tmp / "analysis.json").write_bytes(orjson.dumps(analysis, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+        rep.files["analysis.json"] = out / "analysis.json"
+        (tmp / "report.md").write_text(to_markdown(blocks), encoding="utf-8")
+        rep.files["report.md"] = out / "report.md"
+        (tmp / "report.html").write_text(to_html(blocks, "stallscope incident report"), encoding="utf-8")
+        rep.files["report.html"] = out / "report.html"
     return rep
 
 

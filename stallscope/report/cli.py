@@ -6,6 +6,9 @@ from typing import Optional
 
 import typer
 
+from .. import cliopts
+from ..faults import crash_point
+
 export_app = typer.Typer(add_completion=False, no_args_is_help=True,
                          help="Export the store for other tools (Perfetto / chrome://tracing).")
 
@@ -22,17 +25,20 @@ def report_cmd(
         paths: Optional[list[Path]] = typer.Argument(None, help="Input files or directories: ingested into a fresh "
                                                                 "store first (or into --db when given)."),
         db: Optional[str] = typer.Option(None, "--db", help="Store to report on (default stallscope.duckdb)."),
-        slo: Optional[str] = typer.Option(None, "--slo", help="SLOs, e.g. ttft=500ms,tpot=50ms,itl=200ms "
-                                                             "(any subset; ms or s)."),
+        slo: Optional[str] = typer.Option(None, "--slo", callback=cliopts.slo,
+                                          help="SLOs, e.g. ttft=500ms,tpot=50ms,itl=200ms "
+                                               "(any subset; ms or s)."),
         out: Path = typer.Option(Path("stallscope-report"), "--out", help="Folder for report.md, report.html, "
                                                                           "analysis.json and the figures."),
         include_prompts: bool = typer.Option(False, "--include-prompts",
                                              help="Show raw input records (which can hold prompt text)."),
         recommend: bool = typer.Option(False, "--recommend", help="Include the chunk-budget and placement "
                                                                   "recommendation (`stallscope recommend`)."),
-        attainment: float = typer.Option(0.9, "--attainment", help="Target share of good requests."),
-        spike_k: float = typer.Option(3.0, "--spike-k", help="A gap is a spike above k x the decode-only gap."),
-        top: int = typer.Option(10, "--top", help="Stall events and requests to list."),
+        attainment: float = typer.Option(0.9, "--attainment", callback=cliopts.attainment,
+                                         help="Target share of good requests."),
+        spike_k: float = typer.Option(3.0, "--spike-k", callback=cliopts.spike_k,
+                                      help="A gap is a spike above k x the decode-only gap."),
+        top: int = typer.Option(10, "--top", callback=cliopts.non_negative, help="Stall events and requests to list."),
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
     """One incident report: terminal summary, report.md, a self-contained report.html, analysis.json, figures."""
@@ -52,6 +58,7 @@ def report_cmd(
 
             result["recommendation"] = run_recommend(store.con, RecOptions(slo=opts.slo, attainment=attainment,
                                                                           prepared=True))
+        crash_point("report.build")  # stallscope.faults: where fault tests crash or interrupt a report
         rep = build(store, result, out, include_prompts=include_prompts, top=top)
     summary(rep)
 
@@ -61,8 +68,10 @@ def perfetto_cmd(
         out: Path = typer.Argument(..., help="Output file: OUT.json, or OUT.json.gz for gzip."),
         paths: Optional[list[Path]] = typer.Argument(None, help="Input files to ingest first (else --db)."),
         db: Optional[str] = typer.Option(None, "--db", help="Store to export (default stallscope.duckdb)."),
-        slo: Optional[str] = typer.Option(None, "--slo", help="SLOs for the spike tracks, as for analyze."),
-        spike_k: float = typer.Option(3.0, "--spike-k", help="A gap is a spike above k x the decode-only gap."),
+        slo: Optional[str] = typer.Option(None, "--slo", callback=cliopts.slo,
+                                          help="SLOs for the spike tracks, as for analyze."),
+        spike_k: float = typer.Option(3.0, "--spike-k", callback=cliopts.spike_k,
+                                      help="A gap is a spike above k x the decode-only gap."),
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
     """Write Chrome-trace JSON for ui.perfetto.dev / chrome://tracing: kernels, CPU ops, steps, gap/spike/chunk tracks."""

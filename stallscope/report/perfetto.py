@@ -34,7 +34,8 @@ import tempfile
 from pathlib import Path
 
 from .. import sqlviews
-from ..errors import StallscopeError
+from ..errors import StallscopeError, write_error
+from ..outputs import atomic_file
 
 # Computed once each, in this order (the metadata reads the events and the thread and file maps); the file is then
 # written from the computed rows, the events in their ORDER BY.
@@ -64,15 +65,20 @@ def export(store, out: str | Path) -> dict:
         os.close(fd)
         # DuckDB's COPY path is SQL text: quote it as a string literal.
         lit = "'" + tmp.replace("'", "''") + "'"
-        con.execute(f"""COPY (SELECT * FROM export_perfetto_metadata UNION ALL
-                              SELECT * FROM (SELECT * FROM export_perfetto_events ORDER BY pid, tid, ts, dur DESC))
-                        TO {lit} (FORMAT JSON, ARRAY true)""")
+        try:
+            con.execute(f"""COPY (SELECT * FROM export_perfetto_metadata UNION ALL
+                                  SELECT * FROM (SELECT * FROM export_perfetto_events ORDER BY pid, tid, ts, dur DESC))
+                            TO {lit} (FORMAT JSON, ARRAY true)""")
+        except Exception as e:  # DuckDB's IOException: the disk is full, the folder is not writable
+            if "IO Error" in str(e) or isinstance(e, OSError):
+                raise write_error(out, e) from None
+            raise
         import orjson
 
         tail = orjson.dumps({"stallscope_origin_ns": int(t0), "exported_by": "stallscope export perfetto",
                              "clock": "ts in microseconds since stallscope_origin_ns (ns since the Unix epoch, UTC)"})
         opener = (lambda p: gzip.open(p, "wb", compresslevel=6)) if out.name.endswith(".gz") else (lambda p: open(p, "wb"))
-        with opener(out) as f, open(tmp, "rb") as src:
+        with atomic_file(out) as part, opener(part) as f, open(tmp, "rb") as src:  # the old file or the whole new one
             f.write(b'{"displayTimeUnit":"ms","traceEvents":')
             shutil.copyfileobj(src, f, 1 << 20)
             f.write(b',"otherData":' + tail + b"}\n")

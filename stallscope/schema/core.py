@@ -36,6 +36,23 @@ TABLES = [
         per_source=False,
     ),
     Table(
+        "derived_steps",
+        "Cross-source steps an ingest runs after its files are loaded (today: `clock_alignment`, which puts "
+        "benchmark runs on the server's clock), and whether they finished. A load that a step depends on marks the "
+        "step `pending` in the load's own transaction; the step marks itself `done` in its own. An ingest "
+        "interrupted between the two leaves it `pending`, and the next ingest runs it even when every file is "
+        "unchanged, so a crash at any point never leaves a store that differs from a clean ingest.",
+        (
+            Col("step", "VARCHAR", "", "The step's name, e.g. `clock_alignment` (one row per step)."),
+            Col("state", "VARCHAR", "", "`pending` (a source it depends on changed since it last ran) or `done`."),
+            Col("depends_on", "VARCHAR", "", "pending: ids of the sources whose load made it pending; done: "
+                "`source_id:sha256` of every source in the store when it ran, comma-separated."),
+            Col("updated_ns", "BIGINT", NS, "When the state was last written."),
+        ),
+        group="Bookkeeping",
+        per_source=False,
+    ),
+    Table(
         "rejects",
         "Every input record that could not be used, with where it was and why. Never silent loss.",
         (

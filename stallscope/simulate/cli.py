@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from .. import cliopts
+
 from stallscope.errors import StallscopeError
 
 
@@ -33,30 +35,36 @@ def simulate_cmd(
     profile: str = typer.Option("llama70b-h100-tp4", help="Hardware/model preset of the step-time model."),
     policy: Policy = typer.Option(Policy.chunked, help="chunked (vLLM V1 / Sarathi), v0 (prefill-first, unchunked), "
                                                        "sglang (prefill forwards without decodes)."),
-    budget: Optional[int] = typer.Option(None, help="Token budget: max_num_batched_tokens (chunked, v0) or "
-                                                    "chunked_prefill_size (sglang). Default 2048 / 32768 / 8192."),
-    rate: float = typer.Option(4.0, help="Request rate (req/s)."),
-    duration: float = typer.Option(120.0, help="Seconds during which requests arrive (the run lasts until all "
-                                               "finish)."),
-    burstiness: float = typer.Option(1.0, help="Gamma shape of inter-arrival gaps (1 = Poisson), as vllm bench "
-                                               "serve."),
+    budget: Optional[int] = typer.Option(None, callback=cliopts.positive,
+                                         help="Token budget: max_num_batched_tokens (chunked, v0) or "
+                                              "chunked_prefill_size (sglang). Default 2048 / 32768 / 8192."),
+    rate: float = typer.Option(4.0, callback=cliopts.positive, help="Request rate (req/s)."),
+    duration: float = typer.Option(120.0, callback=cliopts.positive,
+                                   help="Seconds during which requests arrive (the run lasts until all "
+                                        "finish)."),
+    burstiness: float = typer.Option(1.0, callback=cliopts.positive,
+                                     help="Gamma shape of inter-arrival gaps (1 = Poisson), as vllm bench "
+                                          "serve."),
     prompt_len: str = typer.Option("512:0.6", help="Prompt tokens: MEAN (fixed) or MEAN:SIGMA (lognormal)."),
     output_len: str = typer.Option("256:0.4", help="Output tokens: MEAN or MEAN:SIGMA."),
     incident: Optional[str] = typer.Option(None, help="long-prompts[:count=4,tokens=8192,at=S,spacing=S], "
                                                       "burst[:count=64,at=S] or none."),
     seed: int = typer.Option(0, help="Seed of every random choice (same seed, same bytes)."),
-    max_num_seqs: int = typer.Option(256, help="Maximum running requests."),
-    kv_cache_tokens: Optional[int] = typer.Option(None, help="KV-cache capacity in tokens (default: the preset's)."),
+    max_num_seqs: int = typer.Option(256, callback=cliopts.positive, help="Maximum running requests."),
+    kv_cache_tokens: Optional[int] = typer.Option(None, callback=cliopts.positive,
+                                                  help="KV-cache capacity in tokens (default: the preset's)."),
     mixed_chunk: bool = typer.Option(False, "--mixed-chunk", help="sglang: decodes ride along in prefill forwards."),
     slo: Optional[str] = typer.Option(None, help="SLOs judged in truth.json, e.g. ttft=500ms,tpot=50ms,itl=200ms."),
     attention_backend: Optional[Backend] = typer.Option(None, help="Kernel names in the trace (default per policy)."),
-    trace_layers: int = typer.Option(2, help="Layer groups emitted per step in the trace (each stands for n/L "
-                                             "layers)."),
+    trace_layers: int = typer.Option(2, callback=cliopts.positive,
+                                     help="Layer groups emitted per step in the trace (each stands for n/L "
+                                          "layers)."),
     trace_annotation: Annotation = typer.Option(Annotation.basic, help="Per-step annotation: basic "
                                                 "execute_context_..(tokens) or detailed (sq/sk sums)."),
     replay: Optional[Path] = typer.Option(None, help="Replay arrivals and lengths from a stallscope store."),
     start: str = typer.Option("2025-04-01T16:00:00Z", help="Wall-clock time of the benchmark start (UTC)."),
-    spike_k: float = typer.Option(3.0, help="Relative spike rule of truth.json: gap > k x predicted decode step."),
+    spike_k: float = typer.Option(3.0, callback=cliopts.spike_k,
+                                  help="Relative spike rule of truth.json: gap > k x predicted decode step."),
     shared_prefix: Optional[str] = typer.Option(None, help="FRACTION:TOKENS: that share of the requests starts with "
                                                              "one common prefix of TOKENS tokens, e.g. 0.7:1536."),
     prefix_caching: Optional[bool] = typer.Option(None, "--prefix-caching/--no-prefix-caching",
