@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 DEMO_DB ?= demo.duckdb
 DEMO ?= sample_traces/unchunked-long-prompt-stall
 
-.PHONY: demo test lint venv dev docs bench clean capture-demo capture-fit chromium
+.PHONY: demo test test-fast lint venv dev docs bench clean capture-demo capture-fit chromium
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -53,6 +53,15 @@ capture-fit: dev
 test: dev chromium
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+
+# Everyday work: the suite without the tests marked slow or needing an extra (torch, Ray, chromium) or fuzzing
+# (pyproject.toml lists the markers); it still reads every parser's real samples, runs the analysis views and the CLI.
+# Needs only the test dependencies, so from a clean clone it installs neither torch nor Ray (the torch test modules,
+# whose tests are all left out, are then collected without it).
+FAST_TESTS ?= not (slow or capture or fleet or browser or fuzz)
+test-fast: $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[test]'
+	STALLSCOPE_ALLOW_NO_TORCH=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile -m "$(FAST_TESTS)"
 
 # The layers and the other import contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md).
 lint: dev

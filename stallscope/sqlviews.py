@@ -7,8 +7,13 @@ Each file starts with a comment header, in the manner of Perfetto's trace-proces
     -- @param name     What a macro parameter means (macros only).
     -- @column name    TYPE  What the output column means, with its unit.
 
-followed by a single `CREATE OR REPLACE TEMP VIEW <file stem> AS ...` or
-`CREATE OR REPLACE TEMP MACRO <file stem>(...) AS TABLE ...`. Temp objects work on read-only stores too.
+followed by a single `CREATE OR REPLACE TEMP VIEW <file stem> AS ...`,
+`CREATE OR REPLACE TEMP MACRO <file stem>(...) AS TABLE ...` or a scalar macro
+`CREATE OR REPLACE TEMP MACRO <file stem>(...) AS <expression>`, documented with `@param`s and
+`-- @returns TYPE  meaning` instead of columns. Temp objects work on read-only stores too.
+
+A name with a leading `_` (`_kernel_rule`) is an internal helper, as in Perfetto's stdlib: read only by other
+views, never by Python code, the CLI or users' documented queries, so it may change without notice.
 
 Analysis parameters (SLOs, the spike factor, the baseline window) live in a one-row temp table
 `analysis_params` that the views read, so every analysis is a plain view and one `set_params` call re-aims
@@ -21,21 +26,23 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 _CREATE_RX = re.compile(r"^\s*CREATE\s+OR\s+REPLACE\s+TEMP\s+(VIEW|MACRO)\s+(\w+)", re.I | re.M)
+_TABLE_MACRO_RX = re.compile(r"\)\s*AS\s+TABLE\b", re.I)
 
 
 @dataclass
 class QueryDef:
     name: str
-    kind: str  # view | macro
+    kind: str  # view | macro (a table macro) | scalar (a scalar macro)
     doc: str
     sql: str
     depends: list[str] = field(default_factory=list)
     params: dict[str, str] = field(default_factory=dict)
     columns: list[tuple[str, str, str]] = field(default_factory=list)  # (name, type, meaning)
+    returns: tuple[str, str] | None = None  # (type, meaning) of a scalar macro
 
 
 def parse(name: str, text: str) -> QueryDef:
-    doc, depends, params, cols = [], [], {}, []
+    doc, depends, params, cols, returns = [], [], {}, [], None
     for line in text.splitlines():
         s = line.strip()
         if not s.startswith("--"):
@@ -53,12 +60,20 @@ def parse(name: str, text: str) -> QueryDef:
             if len(parts) < 4:
                 raise ValueError(f"{name}.sql: @column needs a name, a type and a meaning: {body!r}")
             cols.append((parts[1], parts[2], parts[3]))
+        elif body.startswith("@returns"):
+            parts = body.split(None, 2)
+            if len(parts) < 3:
+                raise ValueError(f"{name}.sql: @returns needs a type and a meaning: {body!r}")
+            returns = (parts[1], parts[2])
         else:
             doc.append(body)
     m = _CREATE_RX.search(text)
     if not m or m.group(2) != name or len(_CREATE_RX.findall(text)) != 1:
         raise ValueError(f"{name}.sql must hold exactly one CREATE OR REPLACE TEMP VIEW|MACRO {name}")
-    return QueryDef(name, m.group(1).lower(), " ".join(doc).strip(), text, depends, params, cols)
+    kind = m.group(1).lower()
+    if kind == "macro" and not _TABLE_MACRO_RX.search(text):
+        kind = "scalar"
+    return QueryDef(name, kind, " ".join(doc).strip(), text, depends, params, cols, returns)
 
 
 # The fleet rollup's queries (`fleet_*.sql`) read a Parquet lake through `lake_<table>` views, not a store: they
@@ -75,12 +90,17 @@ def all_queries(*, fleet: bool = False) -> dict[str, QueryDef]:
     rollup's `fleet_*` views over a lake."""
     out = {}
     for f in sorted(_sql_files(resources.files("stallscope.queries")), key=lambda p: p.name):
-        if f.name.startswith(FLEET_PREFIX) == fleet:
+        if _concept_name(f.name).startswith(FLEET_PREFIX) == fleet:
             name = f.name[:-4]
             if name in out:
                 raise ValueError(f"two query files define {name}")
             out[name] = parse(name, f.read_text())
     return out
+
+
+def _concept_name(name: str) -> str:
+    """The name without the leading `_` of an internal helper: `_fleet_span_mean` belongs to the fleet."""
+    return name.lstrip("_")
 
 
 def _sql_files(folder):
@@ -145,8 +165,8 @@ def install(con, *, report: bool = True, **params) -> dict[str, QueryDef]:
     (~1.2 s of ~2 s), paid by every CLI analysis and every fleet shard; `install_report` adds them later."""
     set_params(con, **params)
     qs = all_queries()
-    create(con, {n: q for n, q in qs.items()
-                 if not n.startswith(EXPORT_PREFIX) and (report or not n.startswith(REPORT_PREFIX))})
+    create(con, {n: q for n, q in qs.items() if not _concept_name(n).startswith(EXPORT_PREFIX)
+                 and (report or not _concept_name(n).startswith(REPORT_PREFIX))})
     return qs
 
 
@@ -154,13 +174,13 @@ def install_report(con) -> None:
     """Create the `report_*` views on a connection that has the others (after `install(report=False)`), keeping
     its parameters and whatever was materialised."""
     qs = all_queries()
-    create(con, {n: q for n, q in qs.items() if n.startswith(REPORT_PREFIX)}, installed=frozenset(qs))
+    create(con, {n: q for n, q in qs.items() if _concept_name(n).startswith(REPORT_PREFIX)}, installed=frozenset(qs))
 
 
 def install_export(con) -> None:
     """Create the Perfetto export's `export_*` views on a connection that has the analysis views (after `install`)."""
     qs = all_queries()
-    create(con, {n: q for n, q in qs.items() if n.startswith(EXPORT_PREFIX)}, installed=frozenset(qs))
+    create(con, {n: q for n, q in qs.items() if _concept_name(n).startswith(EXPORT_PREFIX)}, installed=frozenset(qs))
 
 
 def has_report_views(con) -> bool:

@@ -10,6 +10,8 @@ from stallscope.simulate.score import score
 from conftest import ROOT
 from helpers import cli
 
+pytestmark = pytest.mark.slow
+
 SCENARIOS = ["unchunked-long-prompt-stall", "chunked-2048-healthy", "chunked-8192-tpot-violations"]
 FRESH = {
     "v0-long-prompts": ["--policy", "v0", "--budget", "32768", "--seed", "301",

@@ -9,6 +9,8 @@ import pytest
 from browser import blank_fraction, check_page, find_chromium
 from reportkit import FIGURES, hostile_report, unchunked_report
 
+pytestmark = pytest.mark.browser
+
 
 @pytest.fixture(scope="module")
 def chromium():

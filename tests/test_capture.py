@@ -32,6 +32,8 @@ from stallscope.capture.runner import CaptureSpec, capture  # noqa: E402
 from stallscope.recommend import observe  # noqa: E402
 from stallscope.recommend.fit import TERMS, fit  # noqa: E402
 
+pytestmark = pytest.mark.capture
+
 DURATION = 12.0
 LONG = 3072         # unchunked, one such prefill stalls every running decode for ~1 s on one core
 INCIDENT = f"long-prompts:count=4,tokens={LONG},spacing=1"

@@ -21,6 +21,8 @@ torch = pytest.importorskip("torch")
 from stallscope.capture.engine import Engine, EngineConfig, Request, marker  # noqa: E402
 from stallscope.capture.model import Batch, ModelConfig, TinyLM, _DecodePlan  # noqa: E402
 
+pytestmark = pytest.mark.capture
+
 SMALL = ModelConfig(vocab=512, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn=128, max_model_len=256)
 
 

@@ -38,9 +38,9 @@ def test_ingest_sources_sql_roundtrip(tmp_path):
 
 @pytest.mark.parametrize("content,needle", [
     (b"", "empty file"),
-    (b"\x00\x01\x02\x03binary\x00" * 100, "binary file"),
+    pytest.param(b"\x00\x01\x02\x03binary\x00" * 100, "binary file", marks=pytest.mark.slow),
     (b"hello world\nthis is not a trace or a log\n", "unknown format"),
-    (b"x" * (10 << 20), "unknown format"),
+    pytest.param(b"x" * (10 << 20), "unknown format", marks=pytest.mark.slow),
     (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "na', "not a readable trace"),
 ])
 def test_bad_input_is_one_line_and_nonzero(tmp_path, content, needle):

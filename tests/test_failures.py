@@ -70,6 +70,7 @@ def sample_store(tmp_path_factory):
     return db
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_an_ingest_exits_130_at_once_and_the_store_is_consistent(tmp_path):
     db = tmp_path / "s.duckdb"
     # inside the parse of the Kineto trace (the first file loaded), whose load is in its open transaction
@@ -83,6 +84,7 @@ def test_ctrl_c_during_an_ingest_exits_130_at_once_and_the_store_is_consistent(t
     assert r.returncode == 0 and r.stdout.count("ingested") == 4
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_an_analysis_exits_130_at_once(sample_store, tmp_path):
     out = tmp_path / "a.json"
     rc, took, err = _interrupt_when(["analyze", "--db", sample_store, "--json", out],
@@ -91,6 +93,7 @@ def test_ctrl_c_during_an_analysis_exits_130_at_once(sample_store, tmp_path):
     assert not out.exists() and list(tmp_path.glob(".a.json*")) == []
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_report_leaves_no_report_folder(sample_store, tmp_path):
     out = tmp_path / "rep"
     rc, took, err = _interrupt_when(["report", "--db", sample_store, "--out", out],
@@ -160,6 +163,7 @@ def test_an_ingest_onto_a_full_disk_says_so_with_the_store_and_leaves_it_unchang
         assert con.execute("SELECT count(*) FROM sources").fetchall() == [(1,)]
 
 
+@pytest.mark.slow
 def test_outputs_onto_a_full_disk_leave_the_old_file_or_nothing(small_fs, sample_store):
     kind, mnt = small_fs
     old = mnt / "analysis.json"

@@ -19,6 +19,8 @@ import sys
 import duckdb
 import pytest
 
+pytestmark = pytest.mark.slow
+
 SLO = "ttft=2s,itl=100ms"
 STALLSCOPE = [sys.executable, "-m", "stallscope.cli"]
 GOODPUT_FIELDS = ("requests_total", "requests_good", "requests_good_counterfactual", "requests_lost",
@@ -189,6 +191,7 @@ def test_lake_tables_carry_the_shard_details(local_lake, fleet):
     assert {r[1] for r in rec if r[0] not in ok} == {"insufficient"}
 
 
+@pytest.mark.fleet
 def test_faults_cost_only_their_shard_and_a_rerun_does_only_what_is_missing(ray_runs):
     lake, first, ledger, second = ray_runs
     assert (first.planned, first.executed, first.done, first.failed) == (12, 12, 11, 1)
@@ -203,6 +206,7 @@ def test_faults_cost_only_their_shard_and_a_rerun_does_only_what_is_missing(ray_
     assert _ledger(lake)[CORRUPT][:3] == ("done", 1, None)
 
 
+@pytest.mark.fleet
 def test_ray_and_local_lakes_are_identical(ray_runs, local_lake):
     """Every table row for row (ORDER BY ALL); `_shards` without the columns that say when and where a shard ran
     (lake.SHARDS_RUN_COLUMNS: started_ns, finished_ns, ingest_s, analyze_s, recommend_s, cpu_s, worker,

@@ -216,6 +216,7 @@ def test_fleet_simulate_writes_a_source_and_its_manifest(tmp_path):
     assert sum(len(v) for v in by_manifest.values()) == sum(len(v) for v in by_dir.values()) == 17
 
 
+@pytest.mark.slow
 def test_an_object_store_source_through_fsspec_with_windows(tmp_path):
     """A non-local filesystem (fsspec's in-memory one, as s3fs/gcsfs/adlfs would be): the planning ingest and
     the shard tasks copy the files out, the window cut finds both runs, and `sources` keeps the URIs."""

@@ -18,11 +18,14 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import stallscope
 from conftest import REAL, ROOT
+
+pytestmark = pytest.mark.fuzz
 
 TRACE_FILES = sorted((REAL / "traces").glob("*.json*")) + sorted((ROOT / "sample_traces").glob("*/*.trace.json.gz"))
 BENCH_FILES = sorted((REAL / "vllm").glob("bench_*.json")) + sorted((ROOT / "sample_traces").glob("*/bench_serve.json.gz"))

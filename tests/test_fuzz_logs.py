@@ -24,6 +24,8 @@ import stallscope
 from conftest import REAL
 from helpers import physical_lines
 
+pytestmark = pytest.mark.fuzz
+
 SAMPLES = sorted(p for d in ("vllm", "vllm/excerpts", "tgi", "sglang") for p in (REAL / d).glob("*.log"))
 LOG_FORMATS = {"vllm_log", "tgi_log", "sglang_log"}
 BIG = 1 << 20  # samples above this size get fewer examples (each ingest takes longer)

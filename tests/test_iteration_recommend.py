@@ -16,6 +16,8 @@ from stallscope.recommend import Options, recommend, replay
 from stallscope.simulate import artifacts
 from stallscope.simulate.runner import RunSpec, execute
 
+pytestmark = pytest.mark.slow
+
 # Long prompts under load: a tight ITL wants small budgets, a tight TTFT large ones (the optima differ; see below).
 SPEC = dict(duration_s=60, rate=2.5, prompt_len="2500:0.5", output_len="128:0.4", seed=2, iteration_log=True)
 

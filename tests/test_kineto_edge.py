@@ -160,7 +160,7 @@ def test_every_step_annotation_variant(tmp_path, annotation, want):
 
 
 @pytest.mark.parametrize("trace", ["vllm_h100_tp4_llama_isl1000_osl10_c32.pt.trace.json.gz",
-                                   "hta_v100_ddp_training_int_ts.json.gz"])
+                                   pytest.param("hta_v100_ddp_training_int_ts.json.gz", marks=pytest.mark.slow)])
 def test_many_small_batches_give_the_same_tables_as_one(trace):
     # Big traces are parsed and routed a batch at a time (the real samples fit in one): same rows either way.
     from stallscope.parsers import Options

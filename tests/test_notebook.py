@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
+
+pytestmark = pytest.mark.slow
 
 NB = Path(__file__).resolve().parents[1] / "examples" / "incident.ipynb"
 

@@ -33,6 +33,16 @@ def test_every_parser_declares_patterns():
     assert modules_of <= with_patterns, f"parsers without PATTERNS: {modules_of - with_patterns} ({names})"
 
 
+@pytest.mark.parametrize("engine", ["vllm", "tgi", "sglang"])
+def test_each_engine_log_parser_keeps_its_formats_beside_their_samples(engine):
+    """One shape for every engine's log parser: its regexes in `<engine>_log_patterns.py` with their real samples,
+    declared by the parser as its PATTERNS."""
+    parser = importlib.import_module(f"stallscope.parsers.{engine}_log")
+    formats = importlib.import_module(f"stallscope.parsers.{engine}_log_patterns")
+    assert parser.PATTERNS is formats.PATTERNS and len(formats.PATTERNS) >= 15
+    assert sum(1 for p in formats.PATTERNS for s in p.samples if s.source) >= 15
+
+
 @pytest.mark.parametrize("module,patterns", MODULES, ids=[m for m, _ in MODULES])
 def test_samples_parse_to_declared_fields(module, patterns):
     problems = []

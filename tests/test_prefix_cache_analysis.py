@@ -17,6 +17,8 @@ from stallscope.analyze import Options, Slo, analyze
 from stallscope.simulate import truth
 from stallscope.simulate.score import score
 
+pytestmark = pytest.mark.slow
+
 BASE = ["--duration", "25", "--slo", "ttft=2s,tpot=50ms,itl=200ms", "--trace-layers", "1"]
 CASES = {
     "chunked-2048-long-prompts-0.5": ["--policy", "chunked", "--budget", "2048", "--rate", "3", "--seed", "11",

@@ -16,6 +16,8 @@ from stallscope.simulate.engine import EngineConfig, simulate
 from stallscope.simulate.stepmodel import get_preset
 from stallscope.simulate.workload import Incident, LengthDist, synthesize
 
+pytestmark = pytest.mark.slow
+
 EXHAUSTIVE = [256 * k for k in range(1, 17)] + [6144, 8192, 12288, 16384, None]
 
 

@@ -10,6 +10,8 @@ import pytest
 from conftest import real
 from helpers import cli
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_traces" / "chunked-2048-healthy"
 CONTRACT = {"engine", "setting", "chunk_tokens", "current_chunk_tokens", "policy_observed", "predicted_p99_itl_ms",

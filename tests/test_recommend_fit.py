@@ -13,6 +13,8 @@ from stallscope.simulate.engine import EngineConfig, simulate
 from stallscope.simulate.stepmodel import Coef, get_preset
 from stallscope.simulate.workload import Incident, LengthDist, synthesize
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -40,6 +40,7 @@ def _check_outputs(out: Path, stdout: str) -> dict:
     return doc
 
 
+@pytest.mark.slow
 def test_report_on_the_unchunked_sample_with_a_store():
     out, stdout = unchunked_report()
     doc = _check_outputs(out, stdout)
@@ -52,6 +53,7 @@ def test_report_on_the_unchunked_sample_with_a_store():
     assert "spikes: " in stdout and "recommendation: not computed" in stdout
 
 
+@pytest.mark.slow
 def test_report_from_files_on_the_chunked_8192_sample():
     out = workdir() / "report-chunked-8192"
     r = run_ok("report", *artifacts(SAMPLES / "chunked-8192-tpot-violations"), "--slo", SLO, "--out", out)
@@ -60,6 +62,7 @@ def test_report_from_files_on_the_chunked_8192_sample():
     assert "missed mean TPOT" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_report_on_the_chunked_2048_sample_with_a_store():
     out = workdir() / "report-chunked-2048"
     r = run_ok("report", "--db", sample_db("chunked-2048-healthy"), "--slo", SLO, "--out", out)
@@ -67,6 +70,7 @@ def test_report_on_the_chunked_2048_sample_with_a_store():
     assert doc["requests"]["good"] == doc["requests"]["total"] > 0
 
 
+@pytest.mark.slow
 def test_report_on_the_real_083_log_and_its_benchmarks():
     files = [real("vllm/v0_0.8.3_ray_tp4pp2_llama70b_full_server_log_800req_llmk8s.log"),
              *sorted(real("vllm").glob("bench_serving_0.8.3_*.json"))]
@@ -79,6 +83,7 @@ def test_report_on_the_real_083_log_and_its_benchmarks():
     assert "meta\\-llama" in md or "Llama" in md or "model" in md
 
 
+@pytest.mark.slow
 def test_report_on_the_real_h100_trace_alone():
     out = workdir() / "report-h100"
     r = run_ok("report", real("traces/vllm_h100_tp4_llama_isl1000_osl10_c32.pt.trace.json.gz"), "--out", out)
@@ -201,6 +206,7 @@ def chunked():
     s.close()
 
 
+@pytest.mark.slow
 def test_recommendation_figures_and_section(chunked, tmp_path):
     s, a = chunked
     a = {**a, "recommendation": _recommendation()}
@@ -232,6 +238,7 @@ def test_recommendation_figures_and_section(chunked, tmp_path):
     assert rep.files["chunk_goodput"].read_bytes()[:8] == PNG
 
 
+@pytest.mark.slow
 def test_recommendation_figures_say_not_computed(chunked):
     s, a = chunked
     assert "recommendation" not in a
@@ -256,6 +263,7 @@ class _Tags(HTMLParser):
             self.rows[-1] += 1
 
 
+@pytest.mark.slow
 def test_hostile_input_stays_inert_and_keeps_layout():
     out, stdout = hostile_report()
     _check_outputs(out, stdout)
@@ -291,6 +299,7 @@ def test_hostile_input_stays_inert_and_keeps_layout():
     assert HOSTILE_MODEL not in md
 
 
+@pytest.mark.slow
 def test_prompts_reach_the_report_only_when_asked(tmp_path):
     out, _ = hostile_report()
     log = (hostile_inputs() / "vllm_server.log").read_text()
@@ -309,6 +318,7 @@ def test_prompts_reach_the_report_only_when_asked(tmp_path):
     assert "<script" not in html.lower()
 
 
+@pytest.mark.slow
 def test_report_renders_nan_and_negative_values_from_the_store(tmp_path):
     db = tmp_path / "bad.duckdb"
     shutil.copy(unchunked_db(), db)

@@ -13,6 +13,8 @@ from reportkit import SLO, run_ok, unchunked_db, workdir
 import stallscope
 from stallscope.analyze import Options, analyze, parse_slo
 
+pytestmark = pytest.mark.slow
+
 ADDED = {"stallscope: decode gaps": "stallscope_gap", "stallscope: spikes": "stallscope_spike",
          "stallscope: prefill chunks": "stallscope_chunk"}
 

@@ -34,6 +34,7 @@ def _true_goodput(run, slo: dict) -> dict:
             replay.sweep([run.preset], sem, run.workload, slo, replay.grid(sem, run.workload), seed=5)}
 
 
+@pytest.mark.slow
 def test_budget_from_sglang_lines_holds_on_the_true_engine(incident):
     run, s = incident
     assert s.sql("SELECT count(*) FROM steps").item() == 0

@@ -1,6 +1,7 @@
 """The SGLang parser's fast ways (batch lines read by layout) give exactly the rows of its generic reader: every
-table, on every real log, on the bench's kind of file behind every wrapper prefix, and on edge lines built to sit
-on each side of the validation (cut, spliced, trailing separators, SWA values, missing fields)."""
+table, on the bench's kind of file behind every wrapper prefix, and on edge lines built to sit on each side of the
+validation (cut, spliced, trailing separators, SWA values, missing fields); every real log is checked with both fast
+lanes in test_sglang_lean.py. Fast lanes off is `base.fast_lanes(False)`, every parser's one switch."""
 from __future__ import annotations
 
 import re
@@ -8,6 +9,7 @@ import re
 import pytest
 
 import stallscope.parsers.sglang_log as sg
+from stallscope.parsers.base import fast_lanes
 from conftest import REAL
 from helpers import same_tables, store_tables
 
@@ -69,9 +71,9 @@ def _bench_style(path):
     return path
 
 
-def _tables(paths, fast: bool, monkeypatch) -> dict:
-    monkeypatch.setattr(sg, "FAST_BATCHES", fast)
-    return store_tables(paths, TABLES)
+def _tables(paths, fast: bool) -> dict:
+    with fast_lanes(fast):
+        return store_tables(paths, TABLES)
 
 
 @pytest.fixture
@@ -83,16 +85,11 @@ def fast_rows(monkeypatch):
     return n
 
 
-def test_fast_batches_equal_the_generic_reader_on_every_real_log(monkeypatch, fast_rows):
-    paths = sorted((REAL / "sglang").glob("*.log"))
-    fast = _tables(paths, True, monkeypatch)
-    assert sum(fast_rows) >= 20
-    same_tables(fast, _tables(paths, False, monkeypatch))
-
-
-def test_fast_batches_equal_the_generic_reader_behind_wrappers_and_on_edge_lines(tmp_path, monkeypatch, fast_rows):
+def test_fast_batches_equal_the_generic_reader_behind_wrappers_and_on_edge_lines(tmp_path, fast_rows):
     path = _bench_style(tmp_path / "bench_style.log")
-    fast = _tables([path], True, monkeypatch)
+    fast = _tables([path], True)
     assert sum(fast_rows) > 0.4 * fast["engine_batches"].height
     assert fast["rejects"].height > 0 and fast["engine_batches"]["extra"].drop_nulls().len() > 0
-    same_tables(fast, _tables([path], False, monkeypatch))
+    n = sum(fast_rows)
+    same_tables(fast, _tables([path], False))
+    assert sum(fast_rows) == n  # switched off, the fast way read nothing

@@ -13,9 +13,10 @@ import pytest
 
 import stallscope.parsers.logrecords as lr
 import stallscope.parsers.sglang_log as sg
+from stallscope.parsers.base import fast_lanes
 from conftest import REAL
 from helpers import same_tables, store_tables
-from test_sglang_fast import TABLES, _bench_style
+from test_sglang_fast import TABLES, _bench_style, fast_rows  # noqa: F401 (a fixture)
 
 B = ("Decode batch, #running-req: 3, #token: 90, token usage: 0.01, cuda graph: True, gen throughput (token/s): "
      "12.50, #queue-req: 0, ")
@@ -56,12 +57,12 @@ def _edge_lines() -> list[str]:
 
 
 def _tables(paths, lean: bool, monkeypatch, frame_bytes: int | None = None) -> dict:
-    """The store with the lean lane and the batch layouts on, or with every line and field the generic way."""
-    monkeypatch.setattr(sg, "LEAN", lean)
-    monkeypatch.setattr(sg, "FAST_BATCHES", lean)
+    """The store with the fast lanes on (the lean lane and the batch layouts), or with every line and field the
+    generic way (`fast_lanes(False)`, every parser's one switch)."""
     if frame_bytes:
         monkeypatch.setattr(lr, "FRAME_BYTES", frame_bytes)
-    return store_tables(paths, TABLES, said=True)
+    with fast_lanes(lean):
+        return store_tables(paths, TABLES, said=True)
 
 
 @pytest.fixture
@@ -82,11 +83,13 @@ def lean_lines(monkeypatch):
     return n
 
 
-def test_lean_lane_equals_the_generic_path_on_every_real_log(monkeypatch, lean_lines):
+def test_fast_lanes_equal_the_generic_path_on_every_real_log(monkeypatch, lean_lines, fast_rows):
     paths = sorted((REAL / "sglang").glob("*.log"))
     lean = _tables(paths, True, monkeypatch)
-    assert sum(lean_lines) >= 20
+    assert sum(lean_lines) >= 20 and sum(fast_rows) >= 20
+    taken = sum(lean_lines), sum(fast_rows)
     same_tables(lean, _tables(paths, False, monkeypatch))
+    assert (sum(lean_lines), sum(fast_rows)) == taken  # switched off, neither lane read a line
 
 
 @pytest.mark.parametrize("frame_bytes", [None, 2000])

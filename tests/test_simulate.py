@@ -116,6 +116,7 @@ def test_burst_incident_and_replay_from_a_store(tmp_path):
     assert rerun.n == run.n and rerun.workload.prompt_len.tolist() == run.workload.prompt_len.tolist()
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line(tmp_path):
     from helpers import cli
 

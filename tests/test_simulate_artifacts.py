@@ -133,6 +133,7 @@ def test_trace_launch_links_and_graph_replays(ingested):
     assert store.sql("SELECT count(*) FROM gpu_memops WHERE kind = 'memcpy'").item() == run.sim.n_steps
 
 
+@pytest.mark.slow
 def test_fa3_kernel_names_are_those_of_the_real_h100_trace(tmp_path):
     run = execute(_spec(policy="chunked", budget=2048, duration_s=5.0, incident=None))
     d = orjson.loads(gzip.decompress(_trace_bytes(run, tmp_path)))
@@ -191,6 +192,7 @@ def test_kineto_envelope(tmp_path):
     assert graph and all("External id" not in e["args"] for e in graph)
 
 
+@pytest.mark.slow
 def test_same_seed_gives_byte_identical_artifacts(tmp_path):
     args = ["simulate", "--policy", "chunked", "--budget", "1024", "--rate", "3", "--duration", "8",
             "--incident", "long-prompts:count=1,at=3", "--slo", "ttft=1s,itl=150ms", "--gzip", "tgi"]

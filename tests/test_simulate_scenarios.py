@@ -13,6 +13,8 @@ from conftest import ROOT
 from helpers import cli
 from stallscope.simulate import truth
 
+pytestmark = pytest.mark.slow
+
 SAMPLES = ROOT / "sample_traces"
 
 

@@ -1,5 +1,6 @@
 """The TGI parser's fast paths land exactly what its generic path lands: every table the parser writes, the sources
-accounting and the notes, with STALLSCOPE_TGI_GENERIC=1 (every line through the generic record path) and without,
+accounting and the notes, with every parser's fast lanes off (`base.fast_lanes(False)`: every line through the generic
+record path) and on,
 on the real TGI logs and on a bench-style log that mixes wrapper prefixes, ANSI colour, dedup markers and lines built
 to look like the fast layouts without being them (bench/logvariants.py; bench/compare_ingest.py also compares
 against another checkout)."""
@@ -14,6 +15,8 @@ import pytest
 import stallscope
 import stallscope.parsers.logrecords as lr
 import stallscope.parsers.tgi_log as tgi_mod
+from stallscope.parsers.base import fast_lanes
+from stallscope.parsers.tgi_log_patterns import _L_CHAT, _L_RADIX, _L_SUCCESS, _L_UNTIMED
 from conftest import REAL, ROOT
 
 TABLES = ("requests", "request_events", "engine_config", "log_events", "engine_batches", "rejects")
@@ -62,11 +65,11 @@ def _both(monkeypatch, paths) -> tuple[dict, dict, dict]:
 
     monkeypatch.setattr(tgi_mod, "_fast_kind", counting)
     monkeypatch.setattr(tgi_mod, "_plain_success", counting_plain)
-    monkeypatch.setenv("STALLSCOPE_TGI_GENERIC", "1")
-    generic = _digest(paths)
+    with fast_lanes(False):
+        generic = _digest(paths)
     assert sum(taken.values()) == 0
-    monkeypatch.setenv("STALLSCOPE_TGI_GENERIC", "0")
-    fast = _digest(paths)
+    with fast_lanes(True):
+        fast = _digest(paths)
     return generic, fast, taken
 
 
@@ -116,7 +119,7 @@ def test_fast_kind_refuses_the_look_alikes():
                 or "outer{" in t or " more" in t or t.startswith("{") or t.startswith("    ") or "evil{" in t \
                 or not t[:4].isascii():
             assert k is None, t
-    real = [tgi_mod._L_SUCCESS, tgi_mod._L_CHAT, tgi_mod._L_UNTIMED, tgi_mod._L_RADIX]
+    real = [_L_SUCCESS, _L_CHAT, _L_UNTIMED, _L_RADIX]
     assert tgi_mod._fast_kind(pl.DataFrame({"t": real})).to_list() == [1, 1, 1, 2]
 
 
@@ -181,8 +184,8 @@ def test_frames_of_fast_lines_only_same_as_generic(monkeypatch, tmp_path):
 def test_compute_fast_is_compute_without_records():
     """`_compute_fast` (a frame of fast lines only) gives the plan `_compute` gives with an empty record frame: the
     last time is the highest timed line's, whatever the order of the parts (here the frame ends untimed)."""
-    lines = [tgi_mod._L_RADIX, tgi_mod._L_SUCCESS, tgi_mod._L_RADIX.replace("10:46:35", "10:46:36"),
-             tgi_mod._L_UNTIMED, PLAIN_EDGES[0], tgi_mod._L_UNTIMED]
+    lines = [_L_RADIX, _L_SUCCESS, _L_RADIX.replace("10:46:35", "10:46:36"),
+             _L_UNTIMED, PLAIN_EDGES[0], _L_UNTIMED]
     df = pl.DataFrame({"line_no": range(10, 10 + len(lines)), "t": lines})
     fast = df.with_columns(tgi_mod._fast_kind(df).alias("kind"))
     assert fast["kind"].null_count() == 0

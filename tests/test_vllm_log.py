@@ -341,6 +341,7 @@ def _cli(*paths: Path) -> subprocess.CompletedProcess:
                           env={**os.environ, "COLUMNS": "300"})
 
 
+@pytest.mark.slow
 def test_bad_inputs_fail_with_one_clear_line(tmp_path):
     cases = {
         "empty.log": (b"", "empty file"),

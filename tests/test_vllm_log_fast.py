@@ -1,6 +1,6 @@
-"""The vLLM log parser's fast paths give what its general paths give: prompt blocks read from the token-id text
-(`_id_blocks`) against the ids split and cast one by one (`_prompt_blocks_split`), and lists printed any other way
-are left to the general path."""
+"""The vLLM log parser's fast paths give what its general paths give: the whole store with every parser's fast lanes
+on and off (`base.fast_lanes`), prompt blocks read from the token-id text (`_id_blocks`) against the ids split and
+cast one by one (`_split_blocks`), and lists printed any other way are left to the general path."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,6 +8,54 @@ import polars as pl
 import pytest
 
 from stallscope.parsers import vllm_log as V
+from stallscope.parsers.base import fast_lanes
+from conftest import REAL
+from helpers import same_tables, store_tables
+
+TABLES = ("requests", "request_events", "engine_stats", "engine_config", "log_events", "rejects")
+WRAPS = [b"(RayWorkerWrapper pid=1273) ", b"vllm-leader-1  | "]  # bench/logvariants.CUT_PREFIXES["vllm"]
+
+
+def _said_canon(tables: dict) -> dict:
+    """The noise note lists kinds by count; kinds with equal counts may come in either order."""
+    head = "skipped as noise: "
+    canon = [(st, msg, sorted(head + ", ".join(sorted(n[len(head):].split(", "))) if n.startswith(head) else n
+                              for n in notes)) for st, msg, notes in tables["said"]]
+    return {**tables, "said": canon}
+
+
+def test_fast_lanes_give_the_store_of_the_general_path_on_every_real_log(tmp_path, monkeypatch):
+    """Every real vLLM log (and the Ray startup log behind a Ray worker and a compose prefix), all the tables, the
+    sources' accounting and what ingest said: the same with the fast lanes on and off."""
+    paths = sorted((REAL / "vllm").glob("*.log")) + sorted((REAL / "vllm" / "excerpts").glob("*.log"))
+    assert len(paths) >= 20
+    ray = (REAL / "vllm" / "v0_0.8.3_ray_deepseekv25_tp8pp2_startup_and_2req_llmk8s.log").read_bytes()
+    for i, w in enumerate(WRAPS):
+        paths.append(tmp_path / f"wrapped{i}.log")
+        paths[-1].write_bytes(b"".join(w + ln for ln in ray.splitlines(keepends=True)))
+    took = {"head": 0, "ids": 0}
+    heads, blocks = V._fast_heads, V._id_blocks
+
+    def counting_heads(df):
+        got = heads(df)
+        took["head"] += got.len() - got.null_count()
+        return got
+
+    def counting_blocks(ids):
+        got = blocks(ids)
+        took["ids"] += 0 if got is None else len(got[0])
+        return got
+    monkeypatch.setattr(V, "_fast_heads", counting_heads)
+    monkeypatch.setattr(V, "_id_blocks", counting_blocks)
+    with fast_lanes(True):
+        fast = store_tables(paths, TABLES, said=True)
+    assert took["head"] > 3000 and took["ids"] >= 800, took
+    taken = dict(took)
+    with fast_lanes(False):
+        general = store_tables(paths, TABLES, said=True)
+    assert took == taken  # switched off, neither lane read a line
+    assert fast["requests"].height > 800 and fast["engine_stats"].height > 100
+    same_tables(_said_canon(fast), _said_canon(general))
 
 
 def _split_blocks(ids: list[str]) -> tuple[list[int], list[tuple[int, ...]]]:
@@ -67,7 +115,7 @@ def test_zero_ids_and_one_id_lists_are_read():
     assert got[0].tolist() == n == [40, 1, 1, 32] and _same_partition(blocks, got[1])
 
 
-def test_shared_prefix_tokens_the_same_either_way(tmp_path, monkeypatch):
+def test_shared_prefix_tokens_the_same_either_way(tmp_path):
     """A log whose prompts share prefixes lands the same shared_prefix_tokens whether its ids are read from the
     text or split one by one."""
     from stallscope.ingest.orchestrate import ingest_paths
@@ -90,8 +138,8 @@ def test_shared_prefix_tokens_the_same_either_way(tmp_path, monkeypatch):
                                   "ORDER BY request_id").fetchall()
 
     fast = shared("fast.duckdb")
-    monkeypatch.setattr(V, "_id_blocks", lambda ids: None)
-    slow = shared("slow.duckdb")
+    with fast_lanes(False):
+        slow = shared("slow.duckdb")
     assert fast == slow
     assert sum(r[2] > 0 for r in fast) > 50  # the prompts do share prefixes
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import mmap
 import os
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -16,6 +17,31 @@ if TYPE_CHECKING:  # pragma: no cover
 GZIP_MAGIC = b"\x1f\x8b"
 RAW_MAX = 512  # characters of a rejected record kept in `rejects.raw`
 ROW_GROUP_ROWS = 122_880  # DuckDB's row group size
+
+FAST_LANES_ENV = "STALLSCOPE_FAST_LANES"
+# The one switch for every parser's fast lanes: the readers that take most lines of a big file by their layout
+# (vLLM's envelope and prompt-id lanes, SGLang's lean and batch-layout lanes, TGI's Success and radix lanes), each
+# giving exactly what the parser's generic path gives for the lines it takes. False sends every line the generic
+# way: slower, same store, which is what the equality tests (tests/test_*_fast*.py, test_sglang_lean.py) and
+# bench/compare_ingest.py check. STALLSCOPE_FAST_LANES=0 turns them off for a process; tests use `fast_lanes`.
+# Parsers ask `fast_lanes_on()` at parse time (an imported copy of the flag would not follow the switch).
+FAST_LANES = os.environ.get(FAST_LANES_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def fast_lanes_on() -> bool:
+    """Whether the parsers take their fast lanes now (FAST_LANES)."""
+    return FAST_LANES
+
+
+@contextmanager
+def fast_lanes(on: bool) -> Iterator[None]:
+    """Every parser's fast lanes on or off within the block (restored after it): `with fast_lanes(False): ...`."""
+    global FAST_LANES
+    before, FAST_LANES = FAST_LANES, bool(on)
+    try:
+        yield
+    finally:
+        FAST_LANES = before
 
 
 @dataclass

@@ -15,7 +15,7 @@ They are most of a long log's bytes, so they are read by layout first (`_fast_ba
 the first line of each layout in a frame gives one capture-free regex that validates whole lines; the lines it
 matches are split at `, ` and sliced at known offsets, and lines of a shape the generic reader would reject whole get
 its reason there. Everything else (other labels, SWA values, 0.1 layouts, lines no tried layout fits) goes to the
-generic reader, which finds each field by its key; `tests/test_sglang_fast.py` checks that both give the same tables.
+generic reader, which finds each field by its key.
 
 Lean lane: most of a long log is one-line batch and access records behind a plain dated head. `_lean_prepare` picks
 out, by literal tests at known offsets on the raw line, those the generic path would read as exactly that with
@@ -23,8 +23,12 @@ nothing changed by unwrapping (no wrapper can start with a dated head; no ANSI c
 heads once per distinct head text, and sends them past unwrapping, P_HEAD, the category chain, record formation and
 the per-record readers: batch lines by layout on the raw line, access lines at their quotes. `_lean_frames` keeps them
 beside the generic records of the same stretch of the file (a line after a one-line record starts a record; untimed
-records inherit the latest timed line of either). `LEAN = False` sends every line the generic way;
-`tests/test_sglang_lean.py` checks both give the same store.
+records inherit the latest timed line of either).
+
+Both lanes follow the one switch of every parser, `base.FAST_LANES`: STALLSCOPE_FAST_LANES=0 (or
+`base.fast_lanes(False)`) sends every line the generic way; `tests/test_sglang_lean.py` and `test_sglang_fast.py`
+check both give the same store. The regexes, their real sample lines and the batch-line keys live in
+`sglang_log_patterns.py`.
 
 Times: `YYYY-MM-DD HH:MM:SS` is local time without zone (`--tz`, default UTC). 0.2.x-0.3.0 print only `HH:MM:SS`:
 the date then comes from another source in the store (the latest with an absolute clock: nearest date, so ±12 h
@@ -41,10 +45,15 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import polars as pl
 
-from .base import InputFile, ParseContext, Parser
+from . import sglang_log_patterns
+from .base import InputFile, ParseContext, Parser, fast_lanes_on
 from .logtime import check_zone, full_date_ns
 from .prefixes import ANSI_MARK, unwrap_text
-from .patterns import Pattern, Sample
+from .sglang_log_patterns import (CORE_KEYS, FINISH_FIELDS, KNOWN_KEYS, NEW_KEY, PLAIN_VALUE_RX, P_ACCESS, P_BATCH,
+                                  P_BATCH_LEAD, P_LEAD_ONLY, P_LEAN_ACCESS, P_LEAN_HEAD,
+                                  P_CFG_PAIR, P_FINISH, P_HEAD, P_KV_GRAMMAR, P_OLD_PREFILL, P_SCHED_CFG,
+                                  P_SERVER_ARGS_PAIR, P_SUMMARY, P_TQDM, RANK_TAGS, TERMINAL_KEYS, TQDM_DEBRIS,
+                                  VALUE_RX, kv_grammar, rx_escape)
 from .lines import ordered_map
 from .logrecords import (Deferred, ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
                          note_rows, record_frames, BufferedWrites, span_of_times, with_body, write_config,
@@ -56,108 +65,7 @@ DAY_NS = 86400 * NS_PER_S
 # Rows of a time-only log are first written with "day index × 1 day + time of day" (small numbers) and moved onto
 # the calendar at the end, once the date is chosen; anything below this bound (1973) is such a relative time.
 REL_BOUND = 100_000_000_000_000_000
-
-_S = "../shared/real/sglang/"
-_F_CHUNK = _S + "sglang_v0.3.6-0.4.3_prefill_chunked_2048_cache_hit_rate_issue2255.log"
-_F_HHMMSS = _S + "sglang_v0.2-0.3_decode_hhmmss_tp0_issue1270.log"
-_F_BARE = _S + "sglang_v0.2_decode_no_timestamp_issue938.log"
-_F_LARGEST = _S + "sglang_v0.4.4_decode_largest_len_trailing_comma_issue4407.log"
-_F_UVICORN = _S + "sglang_v0.4.6_prefill_no_tp_prefix_with_uvicorn_access_issue6291.log"
-_F_ARGS = _S + "sglang_v0.4.6_server_args_line_truncated_pr6170.log"
-_F_COMMA = _S + "sglang_v0.5.x_prefill_comma_style_trailing_comma_pr13023.log"
-_F_CUDA = _S + "sglang_v0.5.10plus_decode_cuda_graph_tp0_pr22331.log"
-_F_NPU = _S + "sglang_npu_tp0_ep0_spec_decode_pending_token_sglkernelnpu_pr608.log"
-_F_MAMBA = _S + "sglang_hybrid_mamba_prefill_pending_token_npu_pr30047.log"
-_F_TQDM = _S + "sglang_tqdm_interleaved_mangled_lines_pr25960.log"
-_F_FINISH = _S + "sglang_log_requests_finish_line_wrapped_pr11146.log"
-_F_BENCH = _S + "sglang_v0.4.0_bench_serving_text_summary_truncated_issue2805.log"
-
-RANK_TAGS = "DP|PP|ATTN_CP|MOE_DP|TP|EP"
-_TQDM_DEBRIS = r"\d{1,3}%\||\r|it/s\]|s/it\]"
-
-P_HEAD = Pattern(
-    "sglang_head",
-    r"^(?:\((?P<actor>[A-Za-z_]\w*) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[0-9.]+))?\)\s*)?(?P<debris>.*?)"
-    r"\[(?P<ts>(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\]"
-    r"(?:\[(?P<src>[A-Za-z0-9_.-]+:\d+)\]\[(?P<level>[A-Z]+)\]:)?(?: (?P<msg>.*))?$",
-    (Sample("[2024-11-29 10:28:25 TP0] Prefill batch.", {"ts": "2024-11-29 10:28:25", "ranks": " TP0", "debris": ""},
-            _F_CHUNK),
-     Sample("[04:40:55 TP0] Decode batch.", {"ts": "04:40:55", "ranks": " TP0"}, _F_HHMMSS),
-     Sample("[2026-07-21 15:00:13 TP0 EP0] Decode batch, #running-req: 24", {"ranks": " TP0 EP0"}, _F_NPU),
-     Sample('[2025-05-14 09:31:43] INFO:     127.0.0.1:20504 - "POST /v1/completions HTTP/1.1" 200 OK',
-            {"ts": "2025-05-14 09:31:43", "ranks": "", "msg": 'INFO:     127.0.0.1:20504 - "POST /v1/completions '
-                                                             'HTTP/1.1" 200 OK'}, _F_UVICORN),
-     Sample("  0%|                                                                            [2026-05-28 02:59:50 TP0] "
-            "Prefill batch, #new-seq: 1",
-            {"debris": "  0%|                                                                            ",
-             "ts": "2026-05-28 02:59:50"}, _F_TQDM),
-     Sample("(SGLangEngine pid=41820) [2025-09-01 10:00:00 DP1 TP0] Decode batch, #running-req: 3",
-            {"actor": "SGLangEngine", "pid": "41820", "ranks": " DP1 TP0"}),
-     # A logging config of the user's (SGLANG_LOGGING_CONFIG_PATH), as in sglang issue 22877.
-     Sample("[2026-04-15 17:13:10][scheduler_metrics_mixin.py:424][INFO]: Prefill batch, #new-seq: 1",
-            {"ts": "2026-04-15 17:13:10", "ranks": "", "src": "scheduler_metrics_mixin.py:424", "level": "INFO",
-             "msg": "Prefill batch, #new-seq: 1"})),
-    doc="`[asctime{ rank tags}] message`: date optional (0.2.x-0.3.0 print HH:MM:SS only), `.mmm` with SGLANG_LOG_MS, "
-        "rank tags in any order; `[file:line][LEVEL]:` after it where a logging config adds them; an optional Ray "
-        "actor prefix; `debris` must be empty or tqdm output glued in front.",
-)
-P_BATCH = Pattern(
-    "sglang_batch",
-    r"^(?:\[gpu_id=(?P<gpu>\d+)\] )?(?P<label>Prefill batch|Decode batch)(?: \[(?P<iter>\d+)\])?"
-    r"(?:\(mixed #running-req: (?P<mixed>\d+)\))?[.,] (?P<kv>.*)$",
-    (Sample("Prefill batch. #new-seq: 2, #new-token: 2048, #cached-token: 2048, cache hit rate: 0.00%, token usage: "
-            "0.00, #running-req: 1, #queue-req: 30", {"label": "Prefill batch", "iter": None}, _F_CHUNK),
-     Sample("Prefill batch, #new-seq: 3, #new-token: 771, #cached-token: 0, token usage: 0.00, #running-req: 0, "
-            "#queue-req: 0, ", {"label": "Prefill batch", "kv": "#new-seq: 3, #new-token: 771, #cached-token: 0, "
-                                                                "token usage: 0.00, #running-req: 0, #queue-req: 0, "},
-            _F_COMMA),
-     Sample("Decode batch. #running-req: 1010, #token: 55006, token usage: 0.93, gen throughput (token/s): 1397.13, "
-            "#queue-req: 12279", {"label": "Decode batch"}, _F_BARE),
-     Sample("Prefill batch [1234], #new-seq: 1, #new-token: 8, #cached-token: 0, token usage: 0.01, #running-req: 0, "
-            "#queue-req: 0, ", {"iter": "1234"}),
-     Sample("Prefill batch(mixed #running-req: 7). #new-seq: 1, #new-token: 512, #cached-token: 0, cache hit rate: "
-            "0.00%, #queue-req: 0", {"mixed": "7"})),
-    doc="The label (`.` before 0.5.5, `,` after; ` [iter]` with SGLANG_LOG_FORWARD_ITERS; the 0.2.x mixed-chunk form; "
-        "the 0.2.0 `[gpu_id=N]` prefix), then comma-separated `key: value` fields.",
-)
-P_OLD_PREFILL = Pattern(
-    "sglang_0_1_prefill",
-    r"^new fill batch\. #seq: (?P<seq>\d+)\. #cached_token: (?P<cached>\d+)\. #new_token: (?P<new>\d+)\. "
-    r"#remaining_req: (?P<queue>\d+)\. #running_req: (?P<running>\d+)\. tree_cache_hit_rate: (?P<hit>[0-9.]+)%\.$",
-    (Sample("new fill batch. #seq: 1. #cached_token: 0. #new_token: 15. #remaining_req: 0. #running_req: 0. "
-            "tree_cache_hit_rate: 0.00%.", {"seq": "1", "new": "15", "hit": "0.00"}),),
-    doc="0.1.x prefill line (from the 0.1.16 wheel's format string; no real sample).",
-)
-P_OLD_DECODE = Pattern(
-    "sglang_0_1_decode",
-    r"^#running-req: \d+, #token: \d+, token usage: [0-9.]+, gen throughput \(token/s\): [0-9.]+, #queue-req: \d+$",
-    (Sample("#running-req: 1, #token: 68, token usage: 0.00, gen throughput (token/s): 32.71, #queue-req: 0", {}),),
-    doc="0.1.x decode line: the fields without a `Decode batch` label (0.1.16 format string; no real sample).",
-)
-KNOWN_KEYS = [
-    "#new-seq", "#new-token", "#cached-token", "cache hit rate", "token usage", "full token usage", "swa token usage",
-    "mamba usage", "#token", "#full token", "#swa token", "mamba num", "#running-req", "#queue-req", "#pending-token",
-    "#replay-token", "#prealloc-req", "#inflight-req", "#transfer-req", "#retracted-req", "#unbootstrapped-req",
-    "#transferring-req", "#bootstrap-req", "#optimistic-req", "pre-allocated usage", "accept len", "accept rate",
-    "largest-len", "cuda graph", "cpu graph", "npu graph", "gen throughput (token/s)", "input throughput (token/s)",
-    "#gpu token", "#cpu token", "waiting-image-req", "est. prefill TFLOPS/s (per GPU)",
-    "est. decode TFLOPS/s (per GPU)", "est. read BW (GB/s per GPU)", "est. write BW (GB/s per GPU)", "fwd occupancy",
-]
-# A line that does not end with `, ` is complete only if its last field is one a format ends with (early-2026
-# prefill lines end with the graph flag: `…, input throughput (token/s): 0.14, cuda graph: False`, sglang PR 18570).
-TERMINAL_KEYS = ["#queue-req", "input throughput (token/s)", "#transferring-req", "#inflight-req", "#transfer-req",
-                 "#optimistic-req", "#bootstrap-req", "#retracted-req", "est. prefill TFLOPS/s (per GPU)",
-                 "est. write BW (GB/s per GPU)", "fwd occupancy", "cuda graph", "npu graph", "cpu graph"]
-
-
-# Fields every line of a label prints, in every version (what the real samples' layouts share; either spelling of a
-# hybrid model's). A line with all of them and a key this parser does not know carries a newer or forked SGLang's
-# field (sglang-jax prints `#cache_miss: 1`): read, the field kept in `extra`. A line that misses one of them and
-# holds an unknown key is two lines run together (`#cached-tounning-req` = `#cached-to…` + `…unning-req`): rejected.
-CORE_KEYS = {"Prefill": (("#new-seq",), ("#new-token",), ("#cached-token",)),
-             "Decode": (("#running-req",), ("#token", "#full token"), ("token usage", "full token usage"))}
-_NEW_KEY = re.compile(r"#?[A-Za-z][A-Za-z0-9_ .()/%-]*")
-
+PATTERNS = sglang_log_patterns.PATTERNS  # the formats this parser reads (tests/test_patterns.py)
 
 # A layout whose last key is a new field ends a complete line there when at least this many lines of a frame have
 # it: a format's end repeats line after line, a cut after that same field does not.
@@ -177,117 +85,10 @@ def new_fields(label: str, keys: list[str]) -> list[str] | None:
         return []
     core = CORE_KEYS["Prefill" if label.startswith("Prefill") else "Decode"]
     if (len(set(keys)) != len(keys) or not all(any(k in keys for k in alts) for alts in core)
-            or not all(_NEW_KEY.fullmatch(k) for k in unknown)):
+            or not all(NEW_KEY.fullmatch(k) for k in unknown)):
         return None
     return unknown
 
-
-def _rx_escape(s: str) -> str:
-    """Escape for the regex subset shared by Python `re` and Rust `regex` (only real metacharacters)."""
-    return re.sub(r"([()\[\]{}.*+?^$|\\])", r"\\\1", s)
-
-
-VALUE_RX = r"-?\d+(?:\.\d+)?%?|True|False|full=\d+(?:\.\d+)?, swa=\d+(?:\.\d+)?"
-PLAIN_VALUE_RX = r"-?\d+(?:\.\d+)?%?|True|False"
-
-
-def _kv_grammar(keys) -> str:
-    """P_KV_GRAMMAR over these keys (the known ones, and the new fields a frame's layouts carry)."""
-    alts = "|".join(_rx_escape(k) for k in sorted(keys, key=len, reverse=True))
-    return rf"^(?:(?:{alts}): (?:{VALUE_RX})(?:, |$))+$"
-
-
-P_KV_GRAMMAR = Pattern(
-    "sglang_batch_fields",
-    _kv_grammar(KNOWN_KEYS),
-    (Sample("#running-req: 24, #token: 233600, token usage: 0.66, accept len: 3.05, accept rate: 0.68, npu graph: True, "
-            "gen throughput (token/s): 239.06, #queue-req: 2", {}, _F_NPU),
-     Sample("#new-seq: 12, #new-token: 43008, #cached-token: 0, full token usage: 0.14, mamba usage: 0.20, "
-            "#running-req: 1, #queue-req: 97, #pending-token: 109585, npu graph: False, input throughput (token/s): "
-            "15734.14", {}, _F_MAMBA),
-     Sample("#running-req: 509, #token: 180776, token usage: 0.43, gen throughput (token/s): 7897.87, largest-len: 0, "
-            "#queue-req: 0, ", {}, _F_LARGEST)),
-    doc="The whole field list of a batch line: known keys only, well-formed values, `, ` between, an optional "
-        "trailing `, `. A spliced line (`#cached-tounning-req: 1`) fails it.",
-)
-P_LAST_FIELD = Pattern(
-    "sglang_last_field",
-    r"(?:^|, )(?P<key>[^,:]+): (?P<value>[^:]*)$",
-    (Sample("#running-req: 5, #token: 20800, token usage: 0.29, cuda graph: True, gen throughput (token/s): 144.95, "
-            "#queue-req: 0", {"key": "#queue-req", "value": "0"}, _F_CUDA),),
-    doc="The last field of a batch line without a trailing `, `: it must be one a format ends with.",
-)
-P_ACCESS = Pattern(
-    "sglang_uvicorn_access",
-    r'^INFO:\s+(?P<client>\S+) - "(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[0-9.]+"(?: (?P<status>\d{3})(?: .*)?)?$',
-    (Sample('INFO:     127.0.0.1:20504 - "POST /v1/completions HTTP/1.1" 200 OK',
-            {"client": "127.0.0.1:20504", "method": "POST", "path": "/v1/completions", "status": "200"}, _F_UVICORN),
-     Sample('INFO:     127.0.0.1:43514 - "POST /generate HTTP/1.1" 200 OK', {"path": "/generate"}, _F_NPU),
-     Sample('INFO:     127.0.0.1:37664 - "POST /v1/completions HTTP/1.1"', {"status": None}, _F_TQDM)),
-    doc="uvicorn access line (no rank tag; a paste cut before the status keeps status NULL).",
-)
-P_SERVER_ARGS_PAIR = Pattern(
-    "sglang_server_args_pair",
-    r"(?:\(| )(?P<key>[a-z_][a-z0-9_]*)=(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\[[^\]]*\]|\{[^}]*\}|"
-    r"[^,()\[\]{}'\"]+)(?:,|\)$)",
-    (Sample("(model_path='qwen/qwen2.5-0.5b-instruct',", {"key": "model_path", "value": "'qwen/qwen2.5-0.5b-instruct'"},
-            _F_ARGS),
-     Sample(" chunked_prefill_size=8192,", {"key": "chunked_prefill_size", "value": "8192"}, _F_ARGS),
-     Sample(" schedule_policy='fcfs',", {"key": "schedule_policy", "value": "'fcfs'"}, _F_ARGS),
-     Sample(" tp_size=1,", {"key": "tp_size", "value": "1"}, _F_ARGS)),
-    doc="One complete `key=value` of `server_args=ServerArgs(…)` (a dataclass repr); the cut last value of a "
-        "truncated line has no terminator and is not taken.",
-)
-P_SCHED_CFG = Pattern(
-    "sglang_scheduler_config",
-    r"^max_total_num_tokens=(?P<kv>\d+), chunked_prefill_size=",
-    (Sample("max_total_num_tokens=1343284, chunked_prefill_size=8192, max_prefill_tokens=16384, "
-            "max_running_requests=4097, context_len=131072, available_gpu_mem=13.27 GB", {"kv": "1343284"}),),
-    doc="Scheduler init (0.4+): KV pool size and batch limits, `key=value` pairs (no real sample).",
-)
-P_CFG_PAIR = Pattern(
-    "sglang_scheduler_config_pair",
-    r"(?:^| )(?P<key>[a-z_]+)=(?P<value>[^,]+)(?:,|$)",
-    (Sample("max_total_num_tokens=1343284, chunked_prefill_size=8192,", {"key": "max_total_num_tokens",
-                                                                        "value": "1343284"}),),
-    doc="One pair of the scheduler config line.",
-)
-P_FINISH = Pattern(
-    "sglang_finish_meta",
-    r"'id': '(?P<rid>[^']*)'",
-    (Sample("{'id': '24fa397b7cab4418b3f6a5c903ae310f',", {"rid": "24fa397b7cab4418b3f6a5c903ae310f"}, _F_FINISH),),
-    doc="`--log-requests` `Finish: obj=GenerateReqInput(…), out={'meta_info': {'id': rid, …}}` (a Python repr, "
-        "often hard-wrapped in pastes: the record's lines are joined back without separator).",
-)
-FINISH_FIELDS = [
-    ("prompt_tokens", Pattern("sglang_finish_prompt_tokens", r"'prompt_tokens': (?P<v>\d+)[,}]",
-                              (Sample("'prompt_tokens': 50,", {"v": "50"}, _F_FINISH),))),
-    ("output_tokens", Pattern("sglang_finish_completion_tokens", r"'completion_tokens': (?P<v>\d+)[,}]",
-                              (Sample("'completion_tokens': 97,", {"v": "97"}, _F_FINISH),))),
-    ("cached_tokens", Pattern("sglang_finish_cached_tokens", r"'cached_tokens': (?P<v>\d+)[,}]",
-                              (Sample("'cached_tokens': 1,", {"v": "1"}, _F_FINISH),))),
-    ("e2e_latency_s", Pattern("sglang_finish_e2e_latency", r"'e2e_latency': (?P<v>\d+(?:\.\d+)?(?:[eE]-?\d+)?)[,}]",
-                              # The real record is hard-wrapped right after `'e2e_latency': `; this is it joined.
-                              (Sample("'e2e_latency': 0.6632676124572754}}", {"v": "0.6632676124572754"}),))),
-    ("finish_reason", Pattern("sglang_finish_reason", r"'finish_reason': \{'type': '(?P<v>[a-z_]+)'",
-                              (Sample("'finish_reason': {'type': 'stop', 'matched': 128009}", {"v": "stop"},
-                                      _F_FINISH),))),
-]
-P_SUMMARY = Pattern(
-    "sglang_bench_summary_header",
-    r"^=+ Serving Benchmark Result =+\s*$",
-    (Sample("============ Serving Benchmark Result ============", {}, _F_BENCH),),
-    doc="bench_serving console summary: this header and the `label:  value` lines after it become one log event.",
-)
-P_TQDM = Pattern(
-    "sglang_tqdm",
-    r"\d{1,3}%\|",
-    (Sample("  0%|", {}, _F_TQDM),),
-    doc="A tqdm progress bar (a line holding one is noise; glued in front of a head it is stripped as debris).",
-)
-
-PATTERNS = [P_HEAD, P_BATCH, P_OLD_PREFILL, P_OLD_DECODE, P_KV_GRAMMAR, P_LAST_FIELD, P_ACCESS, P_SERVER_ARGS_PAIR,
-            P_SCHED_CFG, P_CFG_PAIR, P_FINISH, P_SUMMARY, P_TQDM] + [p for _, p in FINISH_FIELDS]
 
 INT_FIELDS = [("#new-seq", "new_seqs"), ("#new-token", "new_tokens"), ("#cached-token", "cached_tokens"),
               ("#running-req", "running_reqs"), ("#queue-req", "queued_reqs"), ("#pending-token", "pending_tokens")]
@@ -298,8 +99,8 @@ FLOAT_FIELDS = [("gen throughput (token/s)", "gen_throughput_tps"), ("input thro
 MAPPED_KEYS = [k for k, _ in INT_FIELDS + FLOAT_FIELDS] + ["token usage", "full token usage", "#token", "#full token",
                                                             "cuda graph", "npu graph", "cpu graph"]
 # A field that has no column (it goes to `extra`).
-_UNMAPPED_RX = "(?:^|, )(?:" + "|".join(_rx_escape(k) for k in sorted(set(KNOWN_KEYS) - set(MAPPED_KEYS), key=len,
-                                                                       reverse=True)) + "): "
+_UNMAPPED_RX = "(?:^|, )(?:" + "|".join(rx_escape(k) for k in sorted(set(KNOWN_KEYS) - set(MAPPED_KEYS), key=len,
+                                                                      reverse=True)) + "): "
 CONFIG_ALIASES = {"model_path": "model", "tp_size": "tensor_parallel_size", "dp_size": "data_parallel_size",
                   "pp_size": "pipeline_parallel_size", "max_running_requests": "max_num_seqs",
                   "max_total_num_tokens": "kv_cache_tokens"}
@@ -335,11 +136,7 @@ def sniff_sglang(head: bytes) -> tuple[str, float] | None:
 # Parsing
 # =====================================================================================================================
 
-_TS_RX = r"(?P<ts>(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)"
-# The common head, anchored at the line start: cheap. P_HEAD (prefixes, debris) runs only where it fails.
-_FAST_LEAD = r"^(?P<lead>\[" + _TS_RX + r"(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\](?: |$))"
 _HEAD_SLICE = 120
-_LEAD_ONLY = r"^\[" + _TS_RX + r"(?P<ranks>(?: (?:" + RANK_TAGS + r")\d+)*)\]$"
 # P_HEAD up to the head's `]` (`pre`), then its space or the line's end: the same match (a line holds no newline, so
 # `(?: (?P<msg>.*))?$` holds exactly where this does) without a capture over the whole message (slow per byte); the
 # message is the rest of the line after `pre` and its space.
@@ -363,7 +160,7 @@ def _prepare(df: pl.DataFrame) -> pl.DataFrame:
                                        | ((close <= _HEAD_SLICE - 1) & (t.str.len_bytes() == close + 1))))
     df = df.with_columns(pl.when(whole).then(t.str.head(close + 1)).alias("_lead"), close.alias("_c"))
     heads = df.select(pl.col("_lead").drop_nulls().unique())
-    g = pl.col("_lead").str.extract_groups(_LEAD_ONLY)
+    g = pl.col("_lead").str.extract_groups(P_LEAD_ONLY.regex)
     heads = heads.select("_lead", g.struct.field("ts").alias("ts"), g.struct.field("ranks").alias("ranks")
                          ).filter(pl.col("ts").is_not_null())
     df = df.join(heads, on="_lead", how="left", maintain_order="left")
@@ -385,7 +182,7 @@ def _prepare(df: pl.DataFrame) -> pl.DataFrame:
                 [f("actor"), pl.lit(" pid="), f("pid"), pl.when(f("ip").is_not_null()).then(pl.lit(", ip=") + f("ip"))],
                 ignore_nulls=True)).alias("process"),
             (f("debris") != "").alias("debris"),
-            ((f("debris") == "") | f("debris").str.contains(_TQDM_DEBRIS)).alias("ok"),
+            ((f("debris") == "") | f("debris").str.contains(TQDM_DEBRIS)).alias("ok"),
         ).filter(pl.col("ts").is_not_null() & pl.col("ok")).drop("ok")
         df = df.update(rare, on="line_no")
     is_head = pl.col("ts").is_not_null()
@@ -416,14 +213,7 @@ def _flag(df: pl.DataFrame) -> pl.DataFrame:
 # rank tags) is read once per distinct head text, batch lines by layout (`_fast_batches` on the raw line) and access
 # lines by their quotes. `_lean_frames` keeps them beside the generic records of the same stretch of the file, for
 # the start flags (the line after a one-line record starts one) and the times untimed records inherit.
-LEAN = True  # tests turn it off to check that the generic path gives the same store
 _LK_ACCESS = 5  # `_lk` of a lean access line; 1-4 are the batch labels of _FAST_LABELS
-# A plain dated head in ASCII (its characters are bytes, so `str.find` offsets are character offsets too).
-_LEAN_HEAD = (r"^\[[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{3})?(?: (?:" + RANK_TAGS
-              + r")[0-9]+)*\]$")
-# An access line P_ACCESS reads whole, with client, method, path and version free of spaces and quotes (so the
-# line's first `"` opens the request and its second closes it) and ASCII digits in the status.
-_LEAN_ACCESS = r'^\[[^\]]*\] INFO: +[!#-~]+ - "[A-Z]+ [!#-~]+ HTTP/[0-9.]+"(?: [0-9]{3}(?: .*)?)?$'
 _LEAN_ODD = ANSI_MARK + r"|across cluster\]"
 # What the generic path keeps of a line (`_prepare`), and what the lean lane does.
 _REST_COLS = ["line_no", "wrap", "t", "dedup", "ts", "ranks", "process", "debris", "msg1", "blank", "cat", "_pl"]
@@ -434,10 +224,10 @@ _LEAN_COLS = ["line_no", "t", "_c", "_lk", "ts_ff", "_ms", "ranks", "tp_rank", "
 def _lean_heads(leads: pl.Series, tz: str) -> pl.DataFrame:
     """Per distinct head text of the lean candidates: what `_prepare` and `_times` read from it (time, rank tags,
     and the rank columns and `process` the batch and access readers derive), for plain dated heads in ASCII that
-    give a time; other heads are left out (their lines take the generic path). A head `_LEAN_HEAD` holds has its
+    give a time; other heads are left out (their lines take the generic path). A head `P_LEAN_HEAD` holds has its
     fields at known offsets (`[YYYY-MM-DD HH:MM:SS(.mmm)( TAGn)*]`): read by slicing (a real log has thousands of
     distinct heads per frame: no capture runs over them)."""
-    u = pl.DataFrame({"_lead": leads.drop_nulls().unique()}).filter(pl.col("_lead").str.contains(_LEAN_HEAD))
+    u = pl.DataFrame({"_lead": leads.drop_nulls().unique()}).filter(pl.col("_lead").str.contains(P_LEAN_HEAD.regex))
     h = pl.col("_lead")
     u = u.with_columns((h.str.slice(20, 1) == ".").alias("_ms_f"))
     ms = pl.col("_ms_f")
@@ -483,7 +273,7 @@ def _lean_prepare(tz: str):
         ia = np.flatnonzero(k["_a"].to_numpy())
         if len(ia):
             # The access regex runs only on lines that start like one.
-            lk[ia[d["text"].gather(ia).str.contains(_LEAN_ACCESS).to_numpy()]] = _LK_ACCESS
+            lk[ia[d["text"].gather(ia).str.contains(P_LEAN_ACCESS.regex).to_numpy()]] = _LK_ACCESS
         d = d.select("line_no", "text", "_c", pl.Series("_lk", lk, dtype=pl.Int8))
         d = d.with_columns(pl.when(pl.col("_lk") > 0).then(t.str.head(c + 1)).alias("_lead"))
         d = d.join(_lean_heads(d["_lead"], tz), on="_lead", how="left", maintain_order="left")
@@ -651,12 +441,9 @@ def _search_field(kv: pl.Expr, key: str, value_rx: str = PLAIN_VALUE_RX) -> pl.E
     """The value of one field of a batch line that already passed P_KV_GRAMMAR (so values are well delimited): the
     slower path, for SWA values and the 0.1 layout (the rest read values by layout index)."""
     lead = "(?:^|, )" if key in _SUFFIX_KEYS else ""
-    return kv.str.extract(rf"{lead}{_rx_escape(key)}: ({value_rx})(?:, |$)", 1)
+    return kv.str.extract(rf"{lead}{rx_escape(key)}: ({value_rx})(?:, |$)", 1)
 
 
-# The label of a batch line (P_BATCH without its fields), matched on the line's first characters.
-_BATCH_LEAD = (r"^(?P<lead>(?:\[gpu_id=(?P<gpu>\d+)\] )?(?P<label>Prefill batch|Decode batch)(?: \[(?P<iter>\d+)\])?"
-               r"(?:\(mixed #running-req: (?P<mixed>\d+)\))?[.,] )")
 
 
 def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _State) -> int:
@@ -670,7 +457,7 @@ def _batches(ctx: ParseContext, lines: pl.DataFrame, recs: pl.DataFrame, st: _St
     if b.height == 0:
         return 0
     parts, n = [], 0
-    if FAST_BATCHES:
+    if fast_lanes_on():
         (out, k, debris, bad), b = _fast_batches(b, seen=st.new_fields)
         if out is not None:
             parts.append(out)
@@ -695,7 +482,6 @@ def _rest_batches(ctx: ParseContext, lines: pl.DataFrame, b: pl.DataFrame, st: _
     return n
 
 
-FAST_BATCHES = True  # tests turn it off to check that the generic reader gives the same rows
 _FAST_LABELS = ("Prefill batch, ", "Prefill batch. ", "Decode batch, ", "Decode batch. ")
 _FAST_TRIES = 8  # layouts tried per label in a frame; lines of further layouts go generic
 _FAST_SKIPS = 64  # lines per label and frame whose own fields are unreadable, skipped before giving up
@@ -713,8 +499,8 @@ def _layout_rx(label: str, keys: list[str]) -> str:
     """A capture-free regex that a batch line of exactly this label and key list matches, with well-formed plain
     values, ending as a complete line does (a trailing `,`/`, ` after any field; else a format's last field)."""
     v = _V_ASCII
-    head = "^" + _rx_escape(label) + "".join(_rx_escape(k) + ": " + v + ", " for k in keys[:-1])
-    last = _rx_escape(keys[-1]) + ": "
+    head = "^" + rx_escape(label) + "".join(rx_escape(k) + ": " + v + ", " for k in keys[:-1])
+    last = rx_escape(keys[-1]) + ": "
     if keys[-1] in TERMINAL_KEYS or _new_last(label, keys):
         return head + last + f"(?:{v},[ \t]*|{_LAST_ASCII}[ \t]*)$"
     return head + last + v + ",[ \t]*$"
@@ -735,8 +521,8 @@ def _cut_rx(line: str, label: str) -> str | None:
     keys = _layout_keys(label + head, label) if sep else None
     if not keys or ": " in tail or not tail:
         return None
-    return ("^" + _rx_escape(label) + "".join(_rx_escape(k) + ": " + _V_ASCII + ", " for k in keys)
-            + _rx_escape(tail) + "$")
+    return ("^" + rx_escape(label) + "".join(rx_escape(k) + ": " + _V_ASCII + ", " for k in keys)
+            + rx_escape(tail) + "$")
 
 
 def _fast_batches(b: pl.DataFrame, lean: bool = False, seen: dict[str, int] | None = None
@@ -925,7 +711,7 @@ def _generic_batches(ctx: ParseContext, lines: pl.DataFrame, b: pl.DataFrame, st
     m = pl.col("msg1")
     # The label is read off the line's first characters only; the fields are the rest (a capture over the whole
     # line costs a pass over all its bytes).
-    b = b.with_columns(m.str.slice(0, 96).str.extract_groups(_BATCH_LEAD).alias("_g")).with_columns(
+    b = b.with_columns(m.str.slice(0, 96).str.extract_groups(P_BATCH_LEAD.regex).alias("_g")).with_columns(
         m.str.slice(pl.col("_g").struct.field("lead").str.len_chars()).alias("_kv"))
     g = pl.struct(*[pl.col("_g").struct.field(k) for k in ("gpu", "label", "iter", "mixed")], pl.col("_kv").alias("kv"))
     # The 0.1.x prefill layout is rare: run its regex only when such a line is there.
@@ -978,7 +764,7 @@ def _generic_batches(ctx: ParseContext, lines: pl.DataFrame, b: pl.DataFrame, st
             sig.replace_strict(ids, [x is not None for x in new["Decode"]], default=False, return_dtype=pl.Boolean)
         ).otherwise(sig.replace_strict(ids, [x is not None for x in new["Prefill"]], default=False,
                                        return_dtype=pl.Boolean))
-        grammar = pl.when(ok_new).then(kv.str.contains(_kv_grammar(KNOWN_KEYS + added))).otherwise(grammar)
+        grammar = pl.when(ok_new).then(kv.str.contains(kv_grammar(KNOWN_KEYS + added))).otherwise(grammar)
         complete = complete | (ok_new & last_key.is_in(added) & last_val_ok
                                & (pl.len().over("_sid", "kind") >= NEW_LAST_MIN))
     b = b.with_columns(
@@ -1149,7 +935,7 @@ def _lean_batches(ctx: ParseContext, lean: pl.DataFrame, st: _State) -> int:
     if b.height == 0:
         return 0
     parts, n = [], 0
-    if FAST_BATCHES:
+    if fast_lanes_on():
         (out, n, _, bad), b = _fast_batches(b, lean=True, seen=st.new_fields)
         if out is not None:
             parts.append(out)
@@ -1164,7 +950,7 @@ def _lean_batches(ctx: ParseContext, lean: pl.DataFrame, st: _State) -> int:
 
 
 def _lean_access(ctx: ParseContext, lean: pl.DataFrame) -> int:
-    """log_events rows of lean access lines (`_LEAN_ACCESS`): the request is between the line's first two quotes,
+    """log_events rows of lean access lines (`P_LEAN_ACCESS`): the request is between the line's first two quotes,
     the status right after them; the same values `_access` reads with P_ACCESS."""
     a = lean.filter(pl.col("_lk") == _LK_ACCESS)
     if a.height == 0:
@@ -1339,7 +1125,7 @@ class SglangLogParser(Parser):
         # Times carry from frame to frame (forward fill, midnight roll-overs): read here, in file order. The rest of
         # a frame's work is pure (`_work`, two frames at once on two threads); its rows are written here in order.
         def timed():
-            if LEAN:
+            if fast_lanes_on():
                 for lines, recs, lean in _lean_frames(ctx):
                     yield lines, _times(recs, st, lean), lean
                 return

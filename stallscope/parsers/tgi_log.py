@@ -18,9 +18,10 @@ order where order matters (the running request index, times carried to untimed r
 fields all take the generic path's literal-search branches are read into their request rows straight from the line
 (`_plain_success`), the others through the generic request columns. Everything else takes the generic path (its
 head columns computed on its own lines only); a frame of fast lines only, as most of a long-running server's log
-is, skips the record passes altogether (`_compute_fast`). STALLSCOPE_TGI_GENERIC=1 sends every line through the
-generic path (tests/test_tgi_fastpath.py checks both give the same store; bench/compare_ingest.py checks a checkout
-against another).
+is, skips the record passes altogether (`_compute_fast`). The fast lanes follow the one switch of every parser,
+`base.FAST_LANES` (STALLSCOPE_FAST_LANES=0 sends every line through the generic path; tests/test_tgi_fastpath.py
+checks both give the same store; bench/compare_ingest.py checks a checkout against another). The regexes and their
+real sample lines live in `tgi_log_patterns.py`.
 
 Costs (one 8 MB frame, one thread): polars' per-row cost of a string operation (~50-100 ns) makes the ~60
 operations a Success line needs most of it; each frame also pays ~20 ms of fixed per-call cost, so the frame size
@@ -33,248 +34,26 @@ still counts); other untimed records inherit the previous timed record's time (N
 from __future__ import annotations
 
 import functools
-import os
 import re
 
 import numpy as np
 import polars as pl
 
-from .base import InputFile, ParseContext, Parser
+from . import tgi_log_patterns
+from .base import InputFile, ParseContext, Parser, fast_lanes_on
 from .logrecords import (ANSI_RX, WRAPS_RX, MSG_MAX, unwrap, wrap_names, config_rows, event_message, looks_like_traceback,
                          note_rows, BufferedWrites, collapse, record_lines, span_of_times,
                          trim_trailing_blanks, with_body, write_config)
 from .lines import ordered_map
-from .patterns import Pattern, Sample
 from .prefixes import unwrap_text
+from .tgi_log_patterns import (CONFIG_LEAD, CONFIG_LINES, DURATION_KEYS, HANDLERS, LEVELS, P_ARGS_PAIR,
+                               P_BATCH, P_BATCH_ID, P_DURATION, P_FAST_RADIX, P_FAST_SUCCESS_HEAD, P_FAST_SUCCESS_TAIL,
+                               P_FIRST_SPAN, P_HEAD, P_HEAD_LEAD, P_MAXNEW, P_PARAMS, P_RADIX, P_REQSPAN, P_REST,
+                               P_SEED, P_SUCCESS_TIMINGS, P_TARGET_LEAD, P_TRACE_ID, P_UNTIMED, TS_RX, UNIT_NS)
 
 VERSION = "1.0"
+PATTERNS = tgi_log_patterns.PATTERNS  # the formats this parser reads (tests/test_patterns.py)
 NS_PER_S = 1_000_000_000
-
-# =====================================================================================================================
-# TGI formats as data
-# =====================================================================================================================
-
-_S = "../shared/real/tgi/"
-TS_RX = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?Z"
-LEVELS = "TRACE|DEBUG|INFO|WARN|ERROR"
-HANDLERS = ["compat_generate", "generate", "generate_stream", "chat_completions", "completions",
-            "vertex_compatibility", "sagemaker_compatibility"]
-UNIT_NS = {"ns": 1.0, "µs": 1e3, "μs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}
-DURATION_KEYS = ("total_time", "validation_time", "queue_time", "inference_time", "time_per_token")
-
-_L_SUCCESS = ("2024-02-14T06:49:51.437631Z  INFO generate{parameters=GenerateParameters { best_of: None, temperature: "
-              "None, repetition_penalty: None, frequency_penalty: None, top_k: None, top_p: None, typical_p: None, "
-              "do_sample: false, max_new_tokens: Some(14), return_full_text: None, stop: [], truncate: None, watermark: "
-              "false, details: false, decoder_input_details: false, seed: None, top_n_tokens: None } total_time="
-              "\"611.286748ms\" validation_time=\"754.5µs\" queue_time=\"127.337µs\" inference_time=\"610.405028ms\" "
-              "time_per_token=\"43.600359ms\" seed=\"None\"}: text_generation_router::server: router/src/server.rs:299: "
-              "Success")
-_F_SUCCESS = _S + "tgi_v1.4dev_text_connected_and_success_2024-02-14.log"
-_L_CHAT = ("2024-12-10T21:50:03.478010Z  INFO chat_completions{total_time=\"735.200735ms\" validation_time=\"955.594µs\" "
-           "queue_time=\"73.176µs\" inference_time=\"734.172108ms\" time_per_token=\"36.708605ms\" "
-           "seed=\"Some(13465365087046561476)\"}: text_generation_router::server: router/src/server.rs:622: Success")
-_F_CHAT = _S + "tgi_v3.0_text_connected_and_chat_completions_success_2024-12-10.log"
-_L_UNTIMED = ("INFO generate{parameters=GenerateParameters { best_of: None, temperature: None, repetition_penalty: None, "
-              "frequency_penalty: None, top_k: None, top_p: None, typical_p: None, do_sample: false, max_new_tokens: "
-              "Some(512), return_full_text: None, stop: [\"//\", \"[Response]\"], truncate: None, watermark: false, "
-              "details: false, decoder_input_details: false, seed: None, top_n_tokens: None, grammar: None } "
-              "total_time=\"357.867572ms\" validation_time=\"1.96844ms\" queue_time=\"49.382µs\" inference_time="
-              "\"355.849981ms\" time_per_token=\"14.827082ms\" seed=\"None\"}: text_generation_router::server: "
-              "router/src/server.rs:309: Success")
-_F_UNTIMED = _S + "tgi_v1.4.4_text_success_generate_no_timestamp_triton7395.log"
-_L_BATCH_ERR = ("2023-12-18T02:36:52.142641Z ERROR batch{batch_size=1}:prefill:prefill{id=7571 size=1}:prefill{id=7571 "
-                "size=1}: text_generation_client: router/client/src/lib.rs:33: Server error: Out of available cache "
-                "blocks: asked 107, only 4 free blocks")
-_F_BATCH_ERR = _S + "tgi_v1.3_text_error_batch_prefill_spans_issue1356.log"
-_L_COMPACT = "2024-10-16T10:48:41.374381Z  INFO shard-manager: text_generation_launcher: Waiting for shard to be ready... rank=2"
-_F_COMPACT = _S + "tgi_v2.3_text_launcher_compact_shard_manager_issue2657.log"
-_L_RADIX = ("2025-05-26T10:46:35.221388Z  INFO text_generation_router_v3::radix: backends/v3/src/radix.rs:108: Prefix 580 "
-            "- Suffix 1023")
-_F_RADIX = _S + "tgi_v3.x_text_radix_prefix_suffix_and_batch_errors_issue2593.log"
-_F_ARGS1 = _S + "tgi_v0.7_text_launcher_args_single_line_truncated_starcoder22.log"
-_F_ARGS2 = _S + "tgi_v2.x_text_launcher_args_pretty_multiline_issue2238.log"
-_F_JSON = _S + "tgi_v1.2.0_json_launcher_and_router_startup_wrapped_openshift.log"
-_F_K8S = _S + "tgi_v1.4_json_router_startup_k8s_2024-03-09.log"
-_F_COMPOSE = _S + "tgi_neuron_v2backend_compose_prefixed_issue3248.log"
-_F_CUT = _S + "tgi_v1.1.0_text_success_generate_truncated_issue1440.log"
-_F_CUT_JSON = _S + "tgi_v1.3_json_launcher_args_truncated_issue1200.log"
-
-P_HEAD = Pattern(
-    "tgi_head",
-    rf"^(?P<ts>{TS_RX})\s+(?P<level>{LEVELS})\s+(?P<rest>.*)$",
-    (Sample(_L_SUCCESS, {"ts": "2024-02-14T06:49:51.437631Z", "level": "INFO"}, _F_SUCCESS),
-     Sample(_L_BATCH_ERR, {"ts": "2023-12-18T02:36:52.142641Z", "level": "ERROR"}, _F_BATCH_ERR),
-     Sample(_L_COMPACT, {"level": "INFO", "rest": "shard-manager: text_generation_launcher: Waiting for shard to be "
-                                                  "ready... rank=2"}, _F_COMPACT)),
-    doc="A timestamped text record (router Full formatter or launcher compact formatter); the level is right-aligned.",
-)
-P_UNTIMED = Pattern(
-    "tgi_untimed_head",
-    rf"^(?P<level>{LEVELS}) (?P<rest>(?:[a-z_][a-z0-9_-]*[{{:]|text_generation_).*)$",
-    (Sample(_L_UNTIMED, {"level": "INFO"}, _F_UNTIMED),),
-    doc="A record pasted without its timestamp: the level, then a span or a text_generation_* target.",
-)
-P_REST = Pattern(
-    "tgi_rest",
-    r"^(?:(?P<spans>.*?): )?(?P<target>text_generation_[a-z0-9_]+(?:::[a-z0-9_]+)*): "
-    r"(?:(?P<file>[A-Za-z0-9_./-]+\.rs):(?P<line>\d+): )?(?P<msg>.*)$",
-    (Sample("batch{batch_size=1}:prefill:prefill{id=7571 size=1}:prefill{id=7571 size=1}: text_generation_client: "
-            "router/client/src/lib.rs:33: Server error: Out of available cache blocks: asked 107, only 4 free blocks",
-            {"spans": "batch{batch_size=1}:prefill:prefill{id=7571 size=1}:prefill{id=7571 size=1}",
-             "target": "text_generation_client", "file": "router/client/src/lib.rs", "line": "33",
-             "msg": "Server error: Out of available cache blocks: asked 107, only 4 free blocks"}, _F_BATCH_ERR),
-     Sample("shard-manager: text_generation_launcher: Waiting for shard to be ready... rank=2",
-            {"spans": "shard-manager", "target": "text_generation_launcher", "file": None,
-             "msg": "Waiting for shard to be ready... rank=2"}, _F_COMPACT),
-     Sample("text_generation_router_v3::radix: backends/v3/src/radix.rs:108: Prefix 580 - Suffix 1023",
-            {"spans": None, "target": "text_generation_router_v3::radix", "line": "108",
-             "msg": "Prefix 580 - Suffix 1023"}, _F_RADIX)),
-    doc="What follows the level: optional span chain, the tracing target, file:line (router only), the message. "
-        "The span chain is never brace-matched: `parameters=` may hold any character.",
-)
-P_DURATION = Pattern(
-    "tgi_duration",
-    r"\b(?P<key>total_time|validation_time|queue_time|inference_time|time_per_token)(?:=|\":)\""
-    r"(?P<num>\d+(?:\.\d+)?)(?P<unit>ns|µs|μs|us|ms|s)\"",
-    (Sample('total_time="611.286748ms"', {"key": "total_time", "num": "611.286748", "unit": "ms"}, _F_SUCCESS),
-     Sample('validation_time="754.5µs"', {"key": "validation_time", "num": "754.5", "unit": "µs"}, _F_SUCCESS),
-     Sample('queue_time="49.382µs"', {"key": "queue_time", "num": "49.382", "unit": "µs"}, _F_UNTIMED),
-     Sample('"total_time":"4.065504959s"', {"key": "total_time", "num": "4.065504959", "unit": "s"})),
-    doc="A Rust `Duration` Debug value, quoted, in text (`key=\"…\"`) or JSON (`\"key\":\"…\"`) spans; the unit "
-        "changes per value. Rust's Debug never prints compound forms (`1s 5ms`).",
-)
-P_SEED = Pattern(
-    "tgi_seed",
-    r"\bseed(?:=|\":)\"(?:None|Some\((?P<seed>\d+)\))\"",
-    (Sample('seed="Some(13465365087046561476)"', {"seed": "13465365087046561476"}, _F_CHAT),
-     Sample('seed="None"', {"seed": None}, _F_SUCCESS)),
-    doc="The seed the sampler used (None for greedy); it can exceed the int64 range.",
-)
-P_PARAMS = Pattern(
-    "tgi_parameters",
-    r"parameters(?:=|\":)(?:\"(?P<q>(?:[^\"\\]|\\.)*)\"|(?P<p>GenerateParameters \{.*?\})(?: [a-z_]+=|\}:|\}$))",
-    (Sample(_L_UNTIMED[5:], {"q": None}, _F_UNTIMED),),
-    doc="The request's `parameters` span field: unquoted Debug in generate spans, a quoted string in v3.2+ chat "
-        "spans and in JSON.",
-)
-P_MAXNEW = Pattern(
-    "tgi_max_new_tokens",
-    r"max_new_tokens: (?:Some\()?(?P<n>\d+)",
-    (Sample("max_new_tokens: Some(14)", {"n": "14"}, _F_SUCCESS),
-     Sample("max_new_tokens: 48", {"n": "48"}, _F_CUT)),
-    doc="`max_new_tokens` inside parameters: a bare u32 up to v1.0, `Some(N)` after.",
-)
-P_REQSPAN = Pattern(
-    "tgi_request_span",
-    r"(?:^|:)(?P<name>[a-z_]+)\{(?:parameters=|total_time=)",
-    (Sample("chat_completions{total_time=", {"name": "chat_completions"}, _F_CHAT),
-     Sample("generate{parameters=GenerateParameters {", {"name": "generate"}, _F_SUCCESS)),
-    doc="The HTTP handler span: the last span whose fields hold `parameters=` or `total_time=`.",
-)
-P_FIRST_SPAN = Pattern(
-    "tgi_first_span",
-    r"^(?:HTTP request\{[^}]*\}:)?(?P<first>[a-z_]+)",
-    (Sample("chat_completions:generate:generate_stream:schedule:infer:send_error", {"first": "chat_completions"},
-            _S + "tgi_v2.2_text_error_chat_spans_and_shard_traceback_issue2310.log"),),
-    doc="The outermost span (the route for request errors); the ≤v1.0 OTel `HTTP request{…}` span is skipped.",
-)
-P_TRACE_ID = Pattern(
-    "tgi_trace_id",
-    r"\btrace_id=(?P<trace_id>[0-9a-f]{32})",
-    (Sample("otel.kind=server trace_id=4bf92f3577b34da6a3ce929d0e0e4736}", {"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}),),
-    doc="≤v1.0.x: the OTel trace id of the outer `HTTP request{…}` span, the only request id TGI text logs ever had.",
-)
-P_BATCH = Pattern(
-    "tgi_batch_span",
-    r"^batch(?:\{batch_size=(?P<size>\d+)\})?:(?P<kind>prefill|decode)",
-    (Sample("batch{batch_size=1}:prefill:prefill{id=7571 size=1}", {"size": "1", "kind": "prefill"}, _F_BATCH_ERR),
-     Sample("batch{batch_size=16}:prefill:prefill{id=8 size=16}", {"size": "16", "kind": "prefill"}, _F_COMPOSE)),
-    doc="The batch span chain of a record logged inside a prefill or decode call (only ERROR records in practice).",
-)
-P_BATCH_ID = Pattern(
-    "tgi_batch_id",
-    r"(?:\{id=|\"id\":)(?P<id>\d+)",
-    (Sample("prefill{id=7571 size=1}", {"id": "7571"}, _F_BATCH_ERR),),
-    doc="The batch id of `prefill{id=N size=M}` (text) or `{\"id\":N,…}` (JSON spans).",
-)
-P_RADIX = Pattern(
-    "tgi_radix_prefix",
-    r"^Prefix (?P<prefix>\d+) - Suffix (?P<suffix>\d+)$",
-    (Sample("Prefix 580 - Suffix 1023", {"prefix": "580", "suffix": "1023"}, _F_RADIX),),
-    doc="v2.3+ radix allocator, once per request admitted into a prefill batch: cached prefix tokens, and the rest "
-        "(prompt + max_new_tokens + speculate - 1 - prefix, so it includes the decode reservation). No request id.",
-)
-P_ARGS_PAIR = Pattern(
-    "tgi_args_pair",
-    r"(?:\{ | )(?P<key>[a-z_][a-z0-9_]*): (?P<value>Some\([^()]*\)|\"(?:[^\"\\]|\\.)*\"|\[[^\]]*\]|[A-Za-z0-9_.+-]+)"
-    r"(?:,|\s*\})",
-    (Sample(", waiting_served_ratio: 1.2,", {"key": "waiting_served_ratio", "value": "1.2"}, _F_ARGS1),
-     Sample('Args { model_id: "/data/starcoder", ', {"key": "model_id", "value": '"/data/starcoder"'}, _F_ARGS1),
-     Sample(", num_shard: Some(1),", {"key": "num_shard", "value": "Some(1)"}, _F_ARGS1),
-     Sample(", max_batch_prefill_tokens: 4096,", {"key": "max_batch_prefill_tokens", "value": "4096"}, _F_JSON)),
-    doc="One complete `key: value` of the launcher `Args { … }` (pretty `{:#?}` records are first folded onto one "
-        "line); a value without its closing `,` or `}` (a cut record) is not taken. The separator's comma is "
-        "consumed by the previous pair, so a pair starts after `{ ` or a space.",
-)
-_DUR = r"\d+(?:\.\d+)?(?:ns|µs|μs|us|ms|s)"
-P_SUCCESS_TIMINGS = Pattern(
-    "tgi_success_timings",
-    r'^total_time="(?P<total_time>' + _DUR + r')" validation_time="(?P<validation_time>' + _DUR + r')" queue_time="'
-    r'(?P<queue_time>' + _DUR + r')" inference_time="(?P<inference_time>' + _DUR + r')" time_per_token="'
-    r'(?P<time_per_token>' + _DUR + r')" seed="(?P<seed>None|Some\(\d+\))"\}$',
-    (Sample(_L_SUCCESS[_L_SUCCESS.index("total_time="):_L_SUCCESS.index("}: text_") + 1],
-            {"total_time": "611.286748ms", "validation_time": "754.5µs", "time_per_token": "43.600359ms",
-             "seed": "None"}, _F_SUCCESS),
-     Sample(_L_CHAT[_L_CHAT.index("total_time="):_L_CHAT.index("}: text_") + 1],
-            {"queue_time": "73.176µs", "seed": "Some(13465365087046561476)"}, _F_CHAT),
-     Sample(_L_UNTIMED[_L_UNTIMED.index("total_time="):_L_UNTIMED.index("}: text_") + 1],
-            {"inference_time": "355.849981ms"}, _F_UNTIMED)),
-    doc="Fast path only: the end of a text `Success` span, from `total_time=` to the span's closing brace, in the "
-        "fixed order TGI prints (`tracing` fields in declaration order). Where it holds and nothing before it looks "
-        "like a timing field, the timings are cut out by splitting at the quotes instead of one P_DURATION capture "
-        "per key; the values are the same (see `_timings`).",
-)
-CONFIG_LINES: list[tuple[str, Pattern]] = [
-    ("max_batch_total_tokens", Pattern(
-        "tgi_setting_max_batch_total_tokens", r"^Setting max batch total tokens to (?P<v>\d+)$",
-        (Sample("Setting max batch total tokens to 133696", {"v": "133696"}, _F_K8S),
-         Sample("Setting max batch total tokens to 16000", {"v": "16000"}, _F_JSON)),
-        doc="Router, after warm-up: the KV budget in tokens (inferred for flash models).")),
-    ("max_batch_total_tokens", Pattern(
-        "tgi_inferred_max_batch_total_tokens", r"^Inferred max batch total tokens: (?P<v>\d+)$",
-        (Sample("Inferred max batch total tokens: 69824", {"v": "69824"}),),
-        doc="Router, when `--max-batch-total-tokens` was given for a flash model (ignored, inferred instead).")),
-    ("max_batch_prefill_tokens", Pattern(
-        "tgi_default_max_batch_prefill_tokens", r"^Default `max_batch_prefill_tokens` to (?P<v>\d+)$",
-        (Sample("Default `max_batch_prefill_tokens` to 4096", {"v": "4096"}),),
-        doc="Launcher v2+: the per-forward prefill token budget (the chunk size when prefill chunking is on).")),
-    ("max_input_tokens", Pattern(
-        "tgi_max_input_tokens_defaulted", r"^Maximum input tokens defaulted to (?P<v>\d+)$",
-        (Sample("Maximum input tokens defaulted to 4095", {"v": "4095"}),), doc="Router v2+ default.")),
-    ("max_total_tokens", Pattern(
-        "tgi_max_total_tokens_defaulted", r"^Maximum total tokens defaulted to (?P<v>\d+)$",
-        (Sample("Maximum total tokens defaulted to 4096", {"v": "4096"}),), doc="Router v2+ default.")),
-    ("enable_chunked_prefill", Pattern(
-        "tgi_prefill_chunking", r"^Using prefill chunking = (?P<v>True|False)$",
-        (Sample("Using prefill chunking = True", {"v": "True"}),), doc="Shard (Python) v2.4+, via the launcher.")),
-    ("enable_prefix_caching", Pattern(
-        "tgi_attention_prefix_caching", r"^Using attention (?P<attention>[a-z_]+) - Prefix caching (?P<v>true|false)$",
-        (Sample("Using attention flashinfer - Prefix caching true", {"attention": "flashinfer", "v": "true"}),),
-        doc="Launcher v2.3+: the attention backend and whether the radix prefix cache is on.")),
-]
-
-
-def _literal_lead(rx: str) -> str:
-    """The literal text an anchored pattern's matches start with (up to its first metacharacter)."""
-    m = re.match(r"\^((?:[^\\.^$*+?()\[\]{}|]|\\[^A-Za-z0-9])*)", rx)
-    lead = m.group(1) if m else ""
-    return re.sub(r"\\(.)", r"\1", lead)
-
-
-_CONFIG_LEAD = "^(?:" + "|".join(re.escape(_literal_lead(p.regex)) for _, p in CONFIG_LINES) + ")"
-
-PATTERNS = [P_HEAD, P_UNTIMED, P_REST, P_DURATION, P_SEED, P_PARAMS, P_MAXNEW, P_REQSPAN, P_FIRST_SPAN, P_TRACE_ID,
-            P_BATCH, P_BATCH_ID, P_RADIX, P_ARGS_PAIR, P_SUCCESS_TIMINGS] + [p for _, p in CONFIG_LINES]
 
 # -- sniffing (Python `re` over the first 64 KB only) -------------------------------------------------------------
 _SNIFF_ANSI = re.compile(ANSI_RX)
@@ -303,12 +82,6 @@ def sniff_tgi(head: bytes) -> tuple[str, float] | None:
 # Parsing
 # =====================================================================================================================
 
-def generic_only() -> bool:
-    """STALLSCOPE_TGI_GENERIC=1: every line through the generic record path (the fast paths off), for the
-    equivalence tests and side-by-side runs."""
-    return os.environ.get("STALLSCOPE_TGI_GENERIC", "") not in ("", "0")
-
-
 def _prepare(df: pl.DataFrame) -> pl.DataFrame:
     """Per-line columns: cleaned text, `kind` (FAST_SUCCESS / FAST_RADIX for lines read by the fast path, NULL for the
     rest), and for the rest the blank flag, head fields (timed or pasted), JSON start and self-contained JSON (NULL
@@ -334,15 +107,6 @@ def _no_generic(schema: tuple) -> pl.DataFrame:
 
 
 FAST_SUCCESS, FAST_RADIX = 1, 2
-# A `Success` record of a request handler, timed (INFO, the level right-aligned by at most a few spaces) or pasted
-# without its time: the head, then the handler's span (its fields start with `parameters=` or `total_time=`).
-# The time in ASCII digits (TS_RX's `\d` is Unicode): the lead is then ASCII, its byte offsets are characters too.
-_TS_ASCII = TS_RX.replace(r"\d", "[0-9]")
-_FAST_SUCCESS_HEAD = (rf"^(?:{_TS_ASCII} {{1,8}})?INFO (?:{'|'.join(HANDLERS)})\{{(?:parameters=|total_time=)")
-# What follows the span chain: the target, file:line, the message `Success`, nothing else.
-_FAST_SUCCESS_TAIL = r": text_generation_[a-z0-9_]+(?:::[a-z0-9_]+)*: (?:[A-Za-z0-9_./-]+\.rs:\d+: )?Success$"
-_FAST_RADIX = (rf"^{_TS_ASCII} {{1,8}}(?:{LEVELS}) text_generation_[a-z0-9_]+(?:::[a-z0-9_]+)*: "
-               r"(?:[A-Za-z0-9_./-]+\.rs:\d+: )?Prefix \d+ - Suffix \d+$")
 _TOTAL_TIME = r"\btotal_time(?:=|\":)\""
 
 
@@ -356,7 +120,7 @@ def _fast_kind(df: pl.DataFrame) -> pl.Series:
     FAST_RADIX: a timed head (one space after the level, so the rest starts with the target), no other
     `: text_generation_`, the message P_RADIX: a one-line record, one `prefix_match` event.
     """
-    if generic_only() or df.height == 0:
+    if not fast_lanes_on() or df.height == 0:
         return pl.Series("kind", [None] * df.height, dtype=pl.UInt8)
     t = pl.col("t")
     df = df.select(t, t.str.find(": text_generation_", literal=True).alias("_p"), t.str.len_bytes().alias("_n"),
@@ -366,9 +130,9 @@ def _fast_kind(df: pl.DataFrame) -> pl.Series:
     # Each kind's tests run on its candidates only (lines ending `: Success`; short lines without a target lead).
     # The handler span is the only `{parameters=` / `{total_time=` of the line: P_REQSPAN's last match (the
     # endpoint) is then the head span, whatever the parameters' strings hold.
-    succ = (t.str.contains(_FAST_SUCCESS_HEAD) & (t.str.find(_FAST_SUCCESS_TAIL) == p) & (n - p <= 200)
+    succ = (t.str.contains(P_FAST_SUCCESS_HEAD.regex) & (t.str.find(P_FAST_SUCCESS_TAIL.regex) == p) & (n - p <= 200)
             & t.str.contains(_TOTAL_TIME) & (t.str.count_matches(r"\{(?:parameters|total_time)=") == 1))
-    for cand, test, value in ((e, succ, FAST_SUCCESS), (~e & (n <= 200) & p.is_null(), t.str.contains(_FAST_RADIX),
+    for cand, test, value in ((e, succ, FAST_SUCCESS), (~e & (n <= 200) & p.is_null(), t.str.contains(P_FAST_RADIX.regex),
                                                          FAST_RADIX)):
         hit = df.filter(cand).filter(test)["_i"]
         if hit.len():
@@ -380,7 +144,7 @@ def _prepare_generic(df: pl.DataFrame) -> pl.DataFrame:
     t = pl.col("t")
     # Heads are read off the line's first characters and the rest cut at that offset (a capture over the whole line
     # costs a pass over its bytes); pasted heads without a timestamp are tried only on lines starting with a level.
-    head = t.str.slice(0, 64).str.extract_groups(_HEAD_LEAD)
+    head = t.str.slice(0, 64).str.extract_groups(P_HEAD_LEAD.regex)
     df = df.with_columns(head.alias("_h"), t.str.contains(r"^\s*$").alias("blank"),
                          t.str.starts_with('{"').alias("is_json"))
     h = pl.col("_h").struct.field
@@ -402,10 +166,7 @@ def _prepare_generic(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(_split_rest(df))
 
 
-_HEAD_LEAD = rf"^(?P<lead>(?P<ts>{TS_RX})\s+(?P<level>{LEVELS})\s+)"
 _UNTIMED_START = rf"^(?:{LEVELS}) "
-_TARGET_LEAD = (r"^(?P<tlead>(?P<target>text_generation_[a-z0-9_]+(?:::[a-z0-9_]+)*): "
-                r"(?:(?P<file>[A-Za-z0-9_./-]+\.rs):(?P<line>\d+): )?)")
 
 
 def _split_rest(df: pl.DataFrame) -> list[pl.Series]:
@@ -420,7 +181,7 @@ def _split_rest(df: pl.DataFrame) -> list[pl.Series]:
     after = pl.when(at0).then(r).otherwise(rb.bin.slice(i + 2).cast(pl.String))
     g = df.select(r, r.is_not_null().alias("_has"), at0.alias("_at0"), i.alias("_i"),
                   after.alias("_after")).with_columns(
-        pl.col("_after").str.slice(0, 200).str.extract_groups(_TARGET_LEAD).alias("_g"))
+        pl.col("_after").str.slice(0, 200).str.extract_groups(P_TARGET_LEAD.regex).alias("_g"))
     tl = pl.col("_g").struct.field("tlead")
     g = g.with_columns(
         pl.when(pl.col("_at0")).then(None).otherwise(pl.col("_i")).alias("_spans_end"),
@@ -512,7 +273,7 @@ def _timings(req: pl.DataFrame) -> list[pl.Series]:
     n = req.height
     names = list(DURATION_KEYS) + ["seed"]
     fast = pl.Series("fast", [False] * n, dtype=pl.Boolean)
-    if not generic_only() and n:
+    if fast_lanes_on() and n:
         jk = req.select(f, f.str.find(_TIMING_START).alias("_j"), f.str.find(_TIMING_LIKE).alias("_k"))
         j = pl.col("_j")
         tail = f.cast(pl.Binary).bin.slice(j + 1).cast(pl.String)
@@ -840,7 +601,7 @@ def _fast_frames(fast: pl.DataFrame | None):
     fsucc = frad = plain = None
     if (kind == FAST_SUCCESS).any():
         fsucc = fast.filter(kind == FAST_SUCCESS)
-        if not generic_only():
+        if fast_lanes_on():
             *plain, mask = _plain_success(fsucc)
             fsucc = fsucc.filter(~mask)
     if fsucc is not None and fsucc.height:
@@ -926,7 +687,7 @@ def _compute(recs: pl.DataFrame, fast: pl.DataFrame | None) -> dict | None:
     plan["args"] = _args_pairs(args, "Args") if args.height else None
     config = []
     # Only records whose message starts like one of the patterns can match one (most records do not).
-    cand = recs.filter(msg.str.contains(_CONFIG_LEAD).fill_null(False))
+    cand = recs.filter(msg.str.contains(CONFIG_LEAD).fill_null(False))
     hits = []
     for key, pat in CONFIG_LINES:
         hit = msg.str.contains(pat.regex).fill_null(False)

@@ -12,7 +12,9 @@ kind gets its own regexes on its own rows and columns only. The long `Received r
 bytes) are cut with literal-led searches, and their prompt's 16-token blocks are hashed from the token-id text
 (`_id_blocks`). Requests are assembled in SQL at the end, because a request's Received and Finished lines can be
 far apart. The regexes and their real sample lines live in `vllm_log_patterns.py`; the year and zone of the
-timestamps come from `logtime.py`.
+timestamps come from `logtime.py`. The fast lanes (the `head_fast` / `uvicorn_head` envelopes and the token ids read
+from their text) follow the one switch of every parser, `base.FAST_LANES` (STALLSCOPE_FAST_LANES=0: the full `head`
+regex for every line and the ids split one by one); tests/test_vllm_log_fast.py checks both give the same store.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from stallscope.errors import InputError
 
 from . import prefixes as X
 from . import vllm_log_patterns as P
-from .base import ParseContext, Parser, file_mtime_ns
+from .base import ParseContext, Parser, fast_lanes_on, file_mtime_ns
 from .lines import iter_line_frames, ordered_map, prefetch as _prefetch
 from .logrecords import dedup_note
 from .logtime import Local, WallClock, check_zone, choose_year, full_date_ns
@@ -959,7 +961,7 @@ def _received_fields(sub: pl.DataFrame) -> pl.DataFrame:
         g = g.with_columns(pl.when(c("_okp")).then(c("params")).otherwise(m.str.extract(P.RECV_PARAMS.regex, 1))
                            .alias("params"))
     ids_of = g.filter(c("request_id").is_not_null() & c("ids").is_not_null() & (c("ids") != "[]"))
-    parsed = _id_blocks(ids_of["ids"])
+    parsed = _id_blocks(ids_of["ids"]) if fast_lanes_on() else None
     if parsed is not None:
         # prompt_tokens from the commas found there (the same count as the commas + 1 below, without the scan)
         n, h, nb = parsed
@@ -1268,9 +1270,10 @@ def _envelope(df: pl.DataFrame) -> pl.DataFrame:
     Most lines are plain vLLM records: one capture-free regex (`head_fast`) finds their envelope and the fields
     are cut from it at fixed offsets; so are bare uvicorn lines (`uvicorn_head`). The others (Ray, docker-compose,
     KServe, wrapped uvicorn, unknown) go through the full `head` regex with named groups. The parts are put back
-    in file order.
+    in file order. With the fast lanes off (`base.FAST_LANES`) every line takes the full `head` regex.
     """
-    head = df.select(c("text").str.extract(P.HEAD_FAST.regex, 0)).to_series()
+    lanes = fast_lanes_on()
+    head = _fast_heads(df) if lanes else pl.repeat(None, df.height, dtype=pl.String, eager=True)
     fast_mask = head.is_not_null()
     parts = []
     if fast_mask.any():
@@ -1288,7 +1291,7 @@ def _envelope(df: pl.DataFrame) -> pl.DataFrame:
         parts.append(fast.with_columns(pl.lit("rec").alias("kind")))
     if not fast_mask.all():
         slow = df.filter(~fast_mask)
-        uhead = slow["text"].str.extract(P.UVI_FAST.regex, 0)
+        uhead = slow["text"].str.extract(P.UVI_FAST.regex, 0) if lanes else pl.Series([None] * slow.height, dtype=pl.String)
         uvi = uhead.is_not_null()
         if uvi.any():
             parts.append(slow.filter(uvi).with_columns(
@@ -1312,6 +1315,11 @@ def _envelope(df: pl.DataFrame) -> pl.DataFrame:
     out = parts[0] if len(parts) == 1 else pl.concat(parts).sort("line_no")
     # `head` is the start of `text` (a match at its start): cut it off as a prefix (half the cost of a char slice)
     return out.with_columns(c("text").str.strip_prefix(c("head")).alias("msg"), _process_names(out["pfx"]))
+
+
+def _fast_heads(df: pl.DataFrame) -> pl.Series:
+    """The fast lane of `_envelope`: each line's envelope as `head_fast` finds it (NULL where it does not hold)."""
+    return df.select(c("text").str.extract(P.HEAD_FAST.regex, 0)).to_series()
 
 
 def _process_names(pfx: pl.Series) -> pl.Series:

@@ -5,7 +5,7 @@
 -- by attention work Σq·kv when the step annotation gives it, every other kernel (and attention without
 -- Σq·kv) by token share ctx_tokens / (ctx_tokens + gen_tokens). Without a composition, the step's own
 -- phase-specific kernels give the split (their prefill share of time); without either, the split is NULL.
--- @depends kernel_rule
+-- @depends _kernel_rule
 -- @column source_id     INTEGER  The trace (`sources.source_id`).
 -- @column event_id      BIGINT   The kernel (`gpu_kernels.event_id`).
 -- @column step_id       BIGINT   The step whose CPU window launched it (`steps.step_id`).
@@ -24,7 +24,7 @@ CREATE OR REPLACE TEMP VIEW kernel_phase AS
 WITH k AS (
     SELECT k.source_id, k.event_id, k.step_id, k.start_ns, k.end_ns, k.dur_ns, k.name,
            r.rule_id, r.phase AS rule_phase, r.work
-    FROM gpu_kernels k LEFT JOIN kernel_rule r ON r.name = k.name
+    FROM gpu_kernels k LEFT JOIN _kernel_rule r ON r.name = k.name
     WHERE k.step_id IS NOT NULL),
 ratio AS (
     -- Per step: the prefill share of time among its phase-specific kernels.

@@ -1,7 +1,7 @@
 -- Goodput, lost goodput and SLO attainment per pool. Within one window a pool's goodput is the sum of its
 -- shards'; over several windows it is the mean of those sums weighted by each window's span (so with one window,
 -- as without --window, it is exactly the sum over the pool's shards). Attainment is over all judged requests.
--- @depends fleet_pool_windows
+-- @depends fleet_pool_windows, _fleet_span_mean
 -- @column pool                        VARCHAR  The pool.
 -- @column windows                     BIGINT   Windows with a shard of the pool.
 -- @column shards                      BIGINT   Analysed shards of the pool.
@@ -23,17 +23,9 @@ WITH p AS (
            CAST(sum(requests_total) AS BIGINT) AS requests_total, CAST(sum(requests_good) AS BIGINT) AS requests_good,
            CAST(sum(requests_lost) AS BIGINT) AS requests_lost,
            CAST(sum(requests_failed) AS BIGINT) AS requests_failed,
-           -- one window: the plain sum (exact); several: the span-weighted mean of the window sums
-           CASE WHEN count(*) = 1 THEN sum(goodput_rps)
-                ELSE sum(goodput_rps * span_s) / nullif(sum(span_s) FILTER (WHERE goodput_rps IS NOT NULL), 0) END
-               AS goodput_rps,
-           CASE WHEN count(*) = 1 THEN sum(goodput_counterfactual_rps)
-                ELSE sum(goodput_counterfactual_rps * span_s)
-                     / nullif(sum(span_s) FILTER (WHERE goodput_counterfactual_rps IS NOT NULL), 0) END
-               AS goodput_counterfactual_rps,
-           CASE WHEN count(*) = 1 THEN sum(goodput_lost_rps)
-                ELSE sum(goodput_lost_rps * span_s)
-                     / nullif(sum(span_s) FILTER (WHERE goodput_lost_rps IS NOT NULL), 0) END AS goodput_lost_rps,
+           _fleet_span_mean(goodput_rps, span_s) AS goodput_rps,
+           _fleet_span_mean(goodput_counterfactual_rps, span_s) AS goodput_counterfactual_rps,
+           _fleet_span_mean(goodput_lost_rps, span_s) AS goodput_lost_rps,
            CAST(sum(spike_count) AS BIGINT) AS spike_count, max(worst_gap_ns) / 1e6 AS worst_gap_ms
     FROM fleet_pool_windows GROUP BY pool)
 SELECT pool, windows, shards, replicas, requests_total, requests_good, requests_lost, requests_failed,

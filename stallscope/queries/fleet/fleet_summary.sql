@@ -1,7 +1,7 @@
 -- The fleet in one row: its extent, the shards' fate (from `lake_shards`), and fleet goodput and lost goodput.
 -- Fleet goodput within a window is the sum over its shards of goodput_rps; over several windows it is the mean
 -- of the window sums weighted by each window's span, so without --window it is exactly the sum over all shards.
--- @depends fleet_windows
+-- @depends fleet_windows, _fleet_span_mean
 -- @column pools                       BIGINT   Pools with an analysed shard.
 -- @column replicas                    BIGINT   Replicas (pool, replica) with an analysed shard.
 -- @column windows                     BIGINT   Windows with an analysed shard.
@@ -27,16 +27,9 @@ WITH w AS (
     SELECT count(*) AS windows, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
            CAST(sum(requests_total) AS BIGINT) AS requests_total, CAST(sum(requests_good) AS BIGINT) AS requests_good,
            CAST(sum(requests_lost) AS BIGINT) AS requests_lost,
-           CASE WHEN count(*) = 1 THEN sum(goodput_rps)
-                ELSE sum(goodput_rps * span_s) / nullif(sum(span_s) FILTER (WHERE goodput_rps IS NOT NULL), 0) END
-               AS goodput_rps,
-           CASE WHEN count(*) = 1 THEN sum(goodput_counterfactual_rps)
-                ELSE sum(goodput_counterfactual_rps * span_s)
-                     / nullif(sum(span_s) FILTER (WHERE goodput_counterfactual_rps IS NOT NULL), 0) END
-               AS goodput_counterfactual_rps,
-           CASE WHEN count(*) = 1 THEN sum(goodput_lost_rps)
-                ELSE sum(goodput_lost_rps * span_s)
-                     / nullif(sum(span_s) FILTER (WHERE goodput_lost_rps IS NOT NULL), 0) END AS goodput_lost_rps,
+           _fleet_span_mean(goodput_rps, span_s) AS goodput_rps,
+           _fleet_span_mean(goodput_counterfactual_rps, span_s) AS goodput_counterfactual_rps,
+           _fleet_span_mean(goodput_lost_rps, span_s) AS goodput_lost_rps,
            CAST(sum(spike_count) AS BIGINT) AS spike_count, max(worst_gap_ns) / 1e6 AS worst_gap_ms
     FROM fleet_windows),
 g AS (SELECT count(DISTINCT pool) AS pools, count(DISTINCT (pool, replica)) AS replicas FROM lake_goodput),

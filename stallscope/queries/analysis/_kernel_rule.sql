@@ -5,7 +5,7 @@
 -- @column rule_id   VARCHAR  The winning rule (`phase_rules.rule_id`).
 -- @column phase     VARCHAR  `prefill`, `decode` (phase-specific kernels) or `shared` (apportioned by the step's composition).
 -- @column work      VARCHAR  `attention`, `gemm`, `comm`, `memory` or `elementwise`: which share apportions a shared kernel.
-CREATE OR REPLACE TEMP VIEW kernel_rule AS
+CREATE OR REPLACE TEMP VIEW _kernel_rule AS
 WITH names AS (SELECT DISTINCT name FROM gpu_kernels WHERE name IS NOT NULL)
 SELECT n.name,
        arg_min(r.rule_id, (r.priority, r.rule_id)) AS rule_id,

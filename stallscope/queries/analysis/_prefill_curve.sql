@@ -12,7 +12,7 @@
 -- @column end_ns          BIGINT   Kernel end, ns since Unix epoch, UTC.
 -- @column prefill_ns      BIGINT   The kernel's prefill time, ns.
 -- @column cum_before_ns   BIGINT   Prefill time of earlier kernels on the stream, ns.
-CREATE OR REPLACE TEMP VIEW prefill_curve AS
+CREATE OR REPLACE TEMP VIEW _prefill_curve AS
 SELECT p.source_id, k.stream, p.event_id, p.step_id, p.start_ns, p.end_ns, p.prefill_ns,
        CAST(coalesce(sum(p.prefill_ns) OVER (PARTITION BY p.source_id, k.stream ORDER BY p.start_ns, p.event_id
                                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS BIGINT)
