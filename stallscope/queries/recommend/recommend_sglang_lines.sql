@@ -13,7 +13,7 @@
 -- step observations (`sglang_observations`).
 -- @column source_id        INTEGER  The log.
 -- @column sched            VARCHAR  The scheduler: process prefix and rank tags (one batch-line stream each).
--- @column line_no          INTEGER  Line of the record.
+-- @column line_no          BIGINT   Line of the record.
 -- @column kind             VARCHAR  `prefill`, `decode` or `mixed` (0.2.x mixed-chunk prefill lines).
 -- @column interval         BIGINT   Decode lines before this line in its scheduler's stream (a decode line closes interval = that count; 0 is the stretch before the first decode line, whose throughput counts from the scheduler's start).
 -- @column new_seqs         INTEGER  `#new-seq`.
@@ -38,9 +38,9 @@ WITH b AS (
     FROM engine_batches WHERE kind IN ('prefill', 'decode', 'mixed')),
 n AS (
     SELECT *,
-           coalesce(sum(CASE WHEN kind = 'decode' THEN 1 ELSE 0 END) OVER (
+           CAST(coalesce(sum(CASE WHEN kind = 'decode' THEN 1 ELSE 0 END) OVER (
                PARTITION BY source_id, sched ORDER BY line_no ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-               AS interval
+               AS BIGINT) AS interval
     FROM b),
 d AS (
     SELECT source_id, sched, line_no,
