@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from . import sqlviews
+from . import analyze_metrics, sqlviews
 from .errors import StallscopeError
 
 SCHEMA = "stallscope.analysis/1"
@@ -102,6 +102,8 @@ def analyze(con, opts: Options | None = None) -> dict:
         "runs": [_run(r) for r in runs.iter_rows(named=True)],
         "spikes": spikes,
     }
+    if analyze_metrics.has_metrics(con):  # absent otherwise: the JSON of a store without metrics stays as it was
+        report["metrics"] = analyze_metrics.summary(con)
     return report
 
 

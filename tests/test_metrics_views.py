@@ -144,3 +144,33 @@ def test_sglang_and_tgi_names_map_to_the_same_concepts(tmp_path):
     con = _views(s)
     rows = dict(con.execute("SELECT replica, coalesce(itl_p99_hi_ms, tpot_p99_hi_ms) FROM metric_windows").fetchall())
     assert rows == {"//1": 100.0, "tgi:80//": 100.0}  # the 99th of 100 lies in (0.05, 0.1]
+
+
+def test_analyze_json_metrics_bound_the_true_goodput(incident):
+    from stallscope.analyze import Options, analyze, parse_slo
+    run, s = incident
+    doc = analyze(s.con, Options(slo=parse_slo("ttft=500ms,tpot=50ms,itl=200ms"), report_views=False))
+    m = doc["metrics"]
+    obs = emit_metrics.observations(run)
+    good = int(((obs["vllm:time_to_first_token_seconds"][1] <= 0.5)
+                & (obs["vllm:request_time_per_output_token_seconds"][1] <= 0.05)).sum())
+    dur = (m["window_end_ns"] - m["window_start_ns"]) / 1e9
+    lo, hi = m["goodput_rps_bounds"]
+    assert lo <= good / dur <= hi
+    assert m["attainment_bounds"][0] <= good / run.n <= m["attainment_bounds"][1]
+    _, truth = _truth_windows(run)
+    itl = truth["vllm:inter_token_latency_seconds"]
+    edges = (0.0, *emit_metrics.ITL_BUCKETS, float("inf"))
+    for w in m["windows"]:
+        v = np.sort(itl[w["end_ns"] - run.epoch_start_ns])
+        if len(v):
+            p99 = v[int(np.ceil(0.99 * len(v))) - 1]
+            k = np.searchsorted(edges, p99, side="left")  # p99 in (edges[k-1], edges[k]]
+            assert edges[k - 1] * 1000 <= w["itl_p99_ms"] <= edges[k] * 1000
+    assert m["interference"] and m["interference"][0]["itl_rise"] > 1
+
+
+def test_analysis_of_a_store_without_metrics_has_no_metrics_key(tmp_path):
+    from stallscope.analyze import Options, analyze
+    s = stallscope.open(":memory:")
+    assert "metrics" not in analyze(s.con, Options(report_views=False))
