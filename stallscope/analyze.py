@@ -104,6 +104,9 @@ def analyze(con, opts: Options | None = None) -> dict:
     }
     if analyze_metrics.has_metrics(con):  # absent otherwise: the JSON of a store without metrics stays as it was
         report["metrics"] = analyze_metrics.summary(con)
+    spans = analyze_metrics.spans(con)
+    if spans:  # only with OpenTelemetry span sources, for the same reason
+        report["spans"] = spans
     return report
 
 

@@ -73,3 +73,20 @@ def _num(v):
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
+
+
+def spans(con) -> dict | None:
+    """The `"spans"` object when requests came from OpenTelemetry spans (parsers/otel.py), else None: how many,
+    and that the ITL criterion cannot be judged from them (a span has no per-token times)."""
+    rows = con.execute("""
+        SELECT s.path, count(*) FROM requests r JOIN sources s USING (source_id)
+        WHERE s.parser = 'otel' GROUP BY s.path ORDER BY s.path""").fetchall()
+    if not rows:
+        return None
+    itl = con.execute("SELECT itl_ms FROM analysis_params").fetchall()[0][0]
+    return {"requests": sum(r[1] for r in rows), "itl_judgeable": False,
+            "note": "spans give each request's TTFT and end-to-end time, so TTFT and mean TPOT are judged exactly as "
+                    "vLLM does; no per-token times: the ITL criterion cannot be judged"
+                    + (" (with the ITL SLO set, span requests count as unjudged, never good)" if itl is not None
+                       else ""),
+            "source": rows[0][0] if len(rows) == 1 else [r[0] for r in rows]}
