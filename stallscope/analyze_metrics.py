@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from . import sqlviews
+
 MAX_WINDOWS = 720
 TOP_INTERFERENCE = 5
 _WINDOW_KEYS = ("start_ns", "end_ns", "requests_finished", "ttft_p99_ms", "itl_p99_ms", "tpot_p99_ms",
@@ -30,6 +32,9 @@ def window_width_ns(con) -> int:
 
 def summary(con) -> dict | None:
     """The `"metrics"` object (docs/analysis-json.md), or None when no serving metric is among the samples."""
+    # Each view below reads the window deltas and the per-replica windows: computed once (the deltas' window function
+    # over every sample is most of the cost), then read from temp tables.
+    sqlviews.materialise(con, ["_metric_deltas", "metric_windows"])
     con.execute("CREATE OR REPLACE TEMP TABLE _m_metric_goodput AS SELECT * FROM metric_goodput")
     g = con.execute("""
         SELECT min(start_ns), max(end_ns), sum(good_lo), sum(good_hi), sum(finished), count(*),

@@ -25,17 +25,19 @@ mapped AS (
     UNION ALL
     SELECT m.metric, n.concept, n.kind, 'value' FROM m JOIN metric_names n ON n.kind <> 'histogram' AND n.name = m.metric),
 named AS (
-    SELECT s.source_id, s.metric, s.labels, s.le, s.ts_ns, s.value, mp.concept, mp.kind, mp.part
+    SELECT hash(s.source_id, s.metric, s.labels) AS series, s.source_id,
+           concat_ws('/', coalesce(s.labels['instance'], ''), coalesce(s.labels['engine'], ''),
+                     coalesce(s.labels['dp_rank'], '')) AS replica, s.le, s.ts_ns, s.value,
+           mp.concept, mp.kind, mp.part
     FROM metric_samples s JOIN mapped mp USING (metric)
     WHERE s.ts_ns IS NOT NULL AND isfinite(s.value) AND (mp.part <> 'bucket' OR s.le IS NOT NULL)),
 w AS (
     SELECT *, lag(value) OVER ser AS prev, lag(ts_ns) OVER ser AS prev_ns
     FROM named
-    WINDOW ser AS (PARTITION BY source_id, metric, labels ORDER BY ts_ns))
-SELECT source_id,
-       concat_ws('/', coalesce(labels['instance'], ''), coalesce(labels['engine'], ''),
-                 coalesce(labels['dp_rank'], '')) AS replica,
-       concept, kind, part, le, prev_ns AS start_ns, ts_ns AS end_ns,
+    -- One 64-bit hash as the series key: partitioning by the MAP itself is ~5x slower (a collision between two of
+    -- a store's series, about 1e-11 for 20,000 series, would interleave them).
+    WINDOW ser AS (PARTITION BY series ORDER BY ts_ns))
+SELECT source_id, replica, concept, kind, part, le, prev_ns AS start_ns, ts_ns AS end_ns,
        CASE WHEN kind = 'gauge' THEN value WHEN value >= prev THEN value - prev ELSE value END AS delta,
        kind <> 'gauge' AND value < prev AS reset
 FROM w
