@@ -174,3 +174,18 @@ def test_analysis_of_a_store_without_metrics_has_no_metrics_key(tmp_path):
     from stallscope.analyze import Options, analyze
     s = stallscope.open(":memory:")
     assert "metrics" not in analyze(s.con, Options(report_views=False))
+
+
+def test_report_draws_the_metrics_timeline_from_the_view(incident, tmp_path):
+    from stallscope.analyze import Options, analyze, parse_slo
+    from stallscope.report import figures as F
+    from stallscope.report.build import build
+    _, s = incident
+    doc = analyze(s.con, Options(slo=parse_slo("ttft=500ms,tpot=50ms,itl=200ms")))
+    fig = F.metrics_timeline(s, doc)
+    line = next(ln for ax in fig.axes for ln in ax.get_lines() if ln.get_gid() == "itl_p99")
+    want = [w["itl_p99_ms"] for w in doc["metrics"]["windows"]]
+    assert np.allclose(line.get_ydata(), want, equal_nan=True)
+    rep = build(s, doc, tmp_path / "rep")
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert rep.files["metrics_timeline"].exists() and "## From metrics" in md and "metric_interference" in md
