@@ -90,3 +90,20 @@ def test_bad_lines_are_rejected_with_their_line_and_other_spans_skipped(spans_ru
     n0, n1 = (len(json.loads(x)["resourceSpans"][0]["scopeSpans"][0]["spans"]) for x in (lines[0], lines[1]))
     src = s.sql("SELECT records_parsed, records_skipped, records_rejected FROM sources").row(0)
     assert src == (n0 + n1, 1, 2)
+
+
+def test_simulate_cli_writes_both_and_analyze_reads_them_together(tmp_path):
+    from helpers import cli
+    out = tmp_path / "sim"
+    r = cli("simulate", "--out", out, "--duration", "20", "--rate", "4", "--metrics", "--otel",
+            "--metrics-interval", "5", "--seed", "2")
+    assert r.returncode == 0, r.stderr
+    db = tmp_path / "s.duckdb"
+    r = cli("ingest", out / "prometheus_query_range.json", out / "otel_spans.jsonl", "--db", db)
+    assert r.returncode == 0, r.stderr
+    r = cli("analyze", "--db", db, "--slo", "ttft=500ms,tpot=50ms", "--json", tmp_path / "a.json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "a.json").read_text())
+    lo, hi = doc["metrics"]["attainment_bounds"]
+    assert lo <= doc["attainment"] <= hi  # the spans' exact attainment lies in the metrics' bounds
+    assert doc["spans"]["requests"] == doc["requests"]["total"]
