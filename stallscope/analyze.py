@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import sqlviews
+from . import analyze_metrics, sqlviews
+from .errors import StallscopeError
 from .slo import Slo, parse_slo  # noqa: F401 - parse_slo stays importable from here (the notebook API)
 
 SCHEMA = "stallscope.analysis/1"
@@ -106,6 +107,11 @@ def analyze(con, opts: Options | None = None) -> dict:
         "runs": [_run(r) for r in runs.iter_rows(named=True)],
         "spikes": spikes,
     }
+    if analyze_metrics.has_metrics(con):  # absent otherwise: the JSON of a store without metrics stays as it was
+        report["metrics"] = analyze_metrics.summary(con)
+    spans = analyze_metrics.spans(con)
+    if spans:  # only with OpenTelemetry span sources, for the same reason
+        report["spans"] = spans
     return report
 
 

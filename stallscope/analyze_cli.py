@@ -203,6 +203,12 @@ def _summary(r: dict, top: int) -> None:
         f"(+{req['lost']} good requests, {_fmt(r['goodput_lost_rps'])} req/s lost; an upper bound: ideal "
         f"disaggregation, no KV-transfer cost)",
     ]
+    m = r.get("metrics")
+    if m and m.get("goodput_rps_bounds"):
+        g, a = m["goodput_rps_bounds"], m["attainment_bounds"]
+        lines.append(f"from metrics ({m['replicas']} replicas, {_fmt(m['duration_s'], 1)} s): goodput between "
+                     f"{_fmt(g[0])} and {_fmt(g[1])} req/s, attainment between {_fmt(a[0])} and {_fmt(a[1])} "
+                     "(Fréchet bounds of the TTFT and TPOT histograms)")
     if r.get("goodput_per_gpu_rps") is not None:
         lines.append(f"per GPU ({r['gpus']} GPUs): {_fmt(r['goodput_per_gpu_rps'], 4)} req/s/GPU")
     if r.get("interference_gpu_s") is not None:

@@ -15,9 +15,10 @@ __all__ = ["InputFile", "Options", "ParseContext", "Parser", "all_parsers", "det
 def all_parsers() -> tuple[Parser, ...]:
     """Every parser, in detection order (`order`, then name). Imported on first use: `stallscope.parsers.Options`
     alone does not load polars-heavy parser modules into every command."""
-    from . import bench_json, kineto, prometheus, sglang_log, tgi_log, vllm_log
+    from . import bench_json, kineto, otel, prometheus, sglang_log, tgi_log, vllm_log
 
-    found = (bench_json.PARSER, kineto.PARSER, prometheus.PARSER, sglang_log.PARSER, tgi_log.PARSER, vllm_log.PARSER)
+    found = (bench_json.PARSER, kineto.PARSER, otel.PARSER, prometheus.PARSER, sglang_log.PARSER, tgi_log.PARSER,
+             vllm_log.PARSER)
     return tuple(sorted(found, key=lambda p: (p.order, p.name)))
 
 

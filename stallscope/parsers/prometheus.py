@@ -436,8 +436,8 @@ def parse_api(ctx: ParseContext, fmt: str) -> None:
     # DuckDB sizes its read buffer by the largest object allowed: the file itself (a compressed one may hold ~20x
     # its size), never more (a larger bound runs out of the ingest's memory limit on a 26 MB answer).
     gz = ctx.input.compression == "gzip"
-    args = [str(ctx.path), "gzip" if gz else "none",
-            min(max(1 << 20, ctx.input.size * (20 if gz else 1) + 1024), (1 << 31) - 1)]
+    biggest = ctx.input.size * 20 if gz else _longest_line(ctx.path)
+    args = [str(ctx.path), "gzip" if gz else "none", min(max(1 << 20, biggest + 1024), (1 << 31) - 1)]
     try:
         con.execute(f"""
             CREATE OR REPLACE TEMP TABLE _prom_docs AS
@@ -456,17 +456,74 @@ def parse_api(ctx: ParseContext, fmt: str) -> None:
     _clock(ctx, fmt, None)
 
 
+def _longest_line(path) -> int:
+    """Bytes of the longest line: an export of one answer per line (a fleet's, a day per line) needs a read buffer
+    of its largest answer, not of the whole file (which, above ~20 MB, ran out of the ingest's memory limit and was
+    read a second time without it: 44 MB of 200 answers, 66 s in all on 2 busy cores)."""
+    import numpy as np
+    arr = np.memmap(path, dtype=np.uint8, mode="r")
+    if not len(arr):
+        return 0
+    nl = np.flatnonzero(arr == 10)
+    ends = np.concatenate([[-1], nl, [len(arr)]])
+    return int(np.diff(ends).max())
+
+
+# Answers are turned into rows a group at a time, each group at most this much JSON: a fleet's export of one answer
+# per line then stays within the ingest's DuckDB memory limit (all at once, 23 MB of 200 answers ran out of it and
+# was read a second time without the limit).
+_CHUNK_BYTES = 2 << 20
+
+
 def _api_tables(ctx: ParseContext) -> None:
+    con = ctx.con
+    # One row per answer (a handful, or one per line of a fleet's export): its size, and what makes it unreadable.
+    meta = con.execute("""
+        SELECT doc, strlen(CAST(j AS VARCHAR)), j->>'$.status', j->>'$.data.resultType',
+               coalesce(j->>'$.errorType', ''), coalesce(j->>'$.error', '')
+        FROM _prom_docs ORDER BY doc""").fetchall()
+    groups, start, acc = [], None, 0
+    for doc, size, *_ in meta:
+        if start is None:
+            start, acc = doc, 0
+        acc += size or 0
+        if acc >= _CHUNK_BYTES:
+            groups.append((start, doc))
+            start = None
+    if start is not None:
+        groups.append((start, meta[-1][0]))
+    n_pts = 0
+    rejected_pts = 0
+    for lo, hi in groups:
+        n, r = _api_chunk(ctx, lo, hi, n_pts)
+        n_pts += n
+        rejected_pts += r
+    bad = [(doc, f"answer status {status or 'missing'}: {etype} {err}" if status != "success" else
+            f"answer of type {rtype or 'missing'} holds no series (only matrix and vector are read)")
+           for doc, _, status, rtype, etype, err in meta if status != "success" or rtype not in ("matrix", "vector")]
+    if bad:
+        raw = dict(con.execute(f"SELECT doc, left(CAST(j AS VARCHAR), 512) FROM _prom_docs WHERE doc IN "
+                               f"({', '.join(str(d) for d, _ in bad)})").fetchall())
+        ctx.write_rejects(pl.DataFrame({"record_index": [n_pts + i for i in range(len(bad))],
+                                        "reason": [why for _, why in bad], "raw": [raw[d] for d, _ in bad]},
+                                       schema={"record_index": pl.Int64, "reason": pl.String,
+                                               "raw": pl.String}).to_arrow())
+    ctx.counts.parsed += n_pts - rejected_pts
+
+
+def _api_chunk(ctx: ParseContext, lo: int, hi: int, rec0: int) -> tuple[int, int]:
+    """The answers lo..hi (file order) into metric_samples; returns (points, rejected points). `rec0`: the points
+    of the answers before, so a rejected point's `record_index` is its position in the file."""
     con = ctx.con
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _prom_series AS
         WITH r AS (SELECT doc, j->>'$.data.resultType' AS rtype, j->'$.data.result' AS result FROM _prom_docs
-                   WHERE j->>'$.status' = 'success')
+                   WHERE j->>'$.status' = 'success' AND doc BETWEEN {int(lo)} AND {int(hi)})
         SELECT doc, generate_subscripts(ss, 1) - 1 AS sid, unnest(ss) AS s
         FROM (SELECT doc, from_json(result, '{_SERIES_SHAPE}') AS ss FROM r WHERE rtype IN ('matrix', 'vector'))""")
     # Per series once: its name, labels (a MAP without `__name__`, keys sorted), `le`, its points, and the index of
     # its first point in the file (the points' `rejects.record_index` without a sort over all points).
-    con.execute("""
+    con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _prom_ser AS
         WITH a AS (
             SELECT doc, sid, s.metric['__name__'] AS metric, s.metric AS m,
@@ -475,8 +532,8 @@ def _api_tables(ctx: ParseContext) -> None:
         SELECT doc, sid, metric, m, pts,
                map_from_entries(list_sort(list_filter(map_entries(m), lambda e: e.key <> '__name__'))) AS labels,
                CASE WHEN ends_with(coalesce(metric, ''), '_bucket') THEN TRY_CAST(m['le'] AS DOUBLE) END AS le,
-               coalesce(sum(len(pts)) OVER (ORDER BY doc, sid ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-                 AS first_rec
+               {int(rec0)} + coalesce(sum(len(pts)) OVER (ORDER BY doc, sid ROWS BETWEEN UNBOUNDED PRECEDING
+                                                          AND 1 PRECEDING), 0) AS first_rec
         FROM a""")
     # A view, not a table: the points stream into metric_samples (DuckDB's ingest memory limit holds), and the
     # few rejects are read by a second pass.
@@ -497,23 +554,12 @@ def _api_tables(ctx: ParseContext) -> None:
     n_pts = con.execute("SELECT coalesce(sum(len(pts)), 0) FROM _prom_ser").fetchall()[0][0]
     ctx.write_sql("metric_samples", """
         SELECT doc AS scrape_index, metric, labels, le, ts_ns, value FROM _prom_points WHERE why IS NULL""")
-    rej = con.sql(f"""
+    rej = con.sql("""
         SELECT rec AS record_index, why AS reason,
-               coalesce(metric, '') || '{{' || array_to_string(list_transform(
-                 map_entries(labels), lambda e: e.key || '="' || e.value || '"'), ',') || '}} '
+               coalesce(metric, '') || '{' || array_to_string(list_transform(
+                 map_entries(labels), lambda e: e.key || '="' || e.value || '"'), ',') || '} '
                  || CAST(pt AS VARCHAR) AS raw
         FROM _prom_points WHERE why IS NOT NULL
-        UNION ALL
-        SELECT {n_pts} + row_number() OVER (ORDER BY doc) - 1, CASE
-                 WHEN j->>'$.status' IS DISTINCT FROM 'success'
-                   THEN 'answer status ' || coalesce(j->>'$.status', 'missing') || ': '
-                        || coalesce(j->>'$.errorType', '') || ' ' || coalesce(j->>'$.error', '')
-                 ELSE 'answer of type ' || coalesce(j->>'$.data.resultType', 'missing')
-                      || ' holds no series (only matrix and vector are read)' END,
-               left(CAST(j AS VARCHAR), 512)
-        FROM _prom_docs
-        WHERE j->>'$.status' IS DISTINCT FROM 'success' OR j->>'$.data.resultType' NOT IN ('matrix', 'vector')
-              OR j->>'$.data.resultType' IS NULL
         UNION ALL
         SELECT NULL, 'native histogram series (not read: only classic bucket series are)',
                left(CAST(s AS VARCHAR), 512)
@@ -521,7 +567,7 @@ def _api_tables(ctx: ParseContext) -> None:
         ORDER BY 1 NULLS LAST""").pl()
     if rej.height:
         ctx.write_rejects(rej.to_arrow())
-    ctx.counts.parsed += n_pts - rej.filter(pl.col("record_index") < n_pts).height
+    return int(n_pts), rej.filter(pl.col("record_index").is_not_null()).height
 
 
 # =====================================================================================================================

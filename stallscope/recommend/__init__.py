@@ -60,6 +60,8 @@ def recommend(con, opts: Options) -> dict:
     n_req = con.execute("SELECT count(*) FROM requests").fetchall()[0][0]
     n_steps = con.execute("SELECT count(*) FROM steps").fetchall()[0][0]
     n_iter = con.execute("SELECT count(*) FROM engine_steps WHERE NOT coalesce(dummy, false)").fetchall()[0][0]
+    if not n_req and not n_steps and not n_iter and _has_metrics(con):
+        return _from_metrics(con, opts)
     if not n_req and not n_steps and not n_iter:
         raise StallscopeError("the store is empty: ingest a profiler trace, server log or benchmark file first "
                               "(stallscope ingest FILE... --db DB)")
@@ -252,6 +254,18 @@ def recommend(con, opts: Options) -> dict:
                      + (f"; {choose._name(C)} reaches it at {load_for_target:.2f} req/s" if load_for_target else "")
                      + "; see placement")
     return _clean(out)
+
+
+def _has_metrics(con) -> bool:
+    return bool(con.execute("SELECT EXISTS (SELECT 1 FROM metric_samples)").fetchall()[0][0])
+
+
+def _from_metrics(con, opts: Options) -> dict:
+    """Only Prometheus metrics in the store: the coarse fixed + per-token model of metrics_model.py."""
+    from . import metrics_model
+    if not opts.prepared:
+        _prepare(con, opts.slo)
+    return _clean(metrics_model.recommend(con, _slo_dict(opts.slo)))
 
 
 def _missing_workload(con, why_not_rebuilt: str | None = None) -> str:

@@ -72,6 +72,10 @@ def _f(v, d=1):
 
 def show(rec: dict, out: Console) -> None:
     """The answer first, then the evidence (goodput by budget, the fit), then what is missing."""
+    if rec.get("evidence") == "metrics" or "chunk_tokens_band" in rec:
+        from .metrics_model import describe
+        out.print(describe(rec), highlight=False, soft_wrap=True)
+        return
     if rec["setting"] is None:
         out.print(f"cannot recommend a budget: missing evidence: {'; '.join(rec['missing_evidence'])}",
                   highlight=False, soft_wrap=True)

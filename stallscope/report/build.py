@@ -56,6 +56,14 @@ def build(store, analysis: dict, out_dir: str | Path, *, include_prompts: bool =
             (tmp / f"{name}.png").write_bytes(png)
             rep.files[name] = out / f"{name}.png"
             images[name] = Image(name, title, png, F.about(name))
+        if analysis.get("metrics"):  # only with metrics: the report of a store without them is unchanged
+            fig = F.metrics_timeline(store, analysis)
+            png = F.png_bytes(fig)
+            fig.clear()
+            (tmp / "metrics_timeline.png").write_bytes(png)
+            rep.files["metrics_timeline"] = out / "metrics_timeline.png"
+            images["metrics_timeline"] = Image("metrics_timeline", "Prometheus metrics timeline", png,
+                                               F.about("metrics_timeline"))
         blocks = _page(con, analysis, images, include_prompts, top, rep)
         rep.blocks = blocks
         # orjson writes NaN and infinities (hostile inputs) as null: the file stays strict JSON, and it is fast on
@@ -95,6 +103,8 @@ def _page(con, a: dict, img: dict, include_prompts: bool, top: int, rep: Report)
     _hurt(con, a, b, top)
     b.append(img["itl_cdf"])
     b.append(img["ttft"])
+    if a.get("metrics"):
+        _metrics(a, b, img)
     _recommendation(a, b, img)
     _inputs(con, a, b, include_prompts)
     _method(a, b)
@@ -191,6 +201,30 @@ _EVIDENCE_WORDS = {"trace": "the profiler trace's steps",
                    "client_stream": "the benchmark's token stream (steps rebuilt from the chunk arrivals of "
                                     "concurrent requests; no profiler trace or Iteration lines; goodput band widened "
                                     "by the evidence's quality)"}
+
+
+def _metrics(a: dict, b: list, img: dict) -> None:
+    """What Prometheus metrics alone say: goodput and attainment bounds, the ranked interference windows."""
+    m = a["metrics"]
+    b.append(Heading(2, "From metrics"))
+    g, att = m.get("goodput_rps_bounds"), m.get("attainment_bounds")
+    items = [[("b", "Goodput"), " ", f"between {num(g[0], 3)} and {num(g[1], 3)} req/s" if g else "not bounded",
+              f" over {num(m.get('duration_s'), 1)} s and {num(m.get('replicas'))} replicas; attainment between "
+              f"{pct(att[0]) if att else '-'} and {pct(att[1]) if att else '-'} of "
+              f"{num(m.get('requests_finished'))} finished requests (Fréchet bounds of the TTFT and TPOT "
+              "histograms: they do not say which requests met both)."]]
+    for miss in m.get("missing") or []:
+        items.append([("b", "Missing"), " ", miss + "."])
+    b.append(Bullets(items))
+    b.append(img["metrics_timeline"])
+    top = m.get("interference") or []
+    if top:
+        b.append(Para(["Windows where the ITL tail rose with prefill work (view ", ("code", "metric_interference"),
+                       "):"]))
+        b.append(Table(["replica", "window start", "ITL p99 (ms)", "rise", "prompt tokens/s", "big steps"],
+                       [[clip(r["replica"]), utc(r["start_ns"]), num(r["itl_p99_ms"], 1), num(r["itl_rise"], 2),
+                         num(r["prompt_tokens_per_s"], 0), pct(r["big_step_share"])] for r in top],
+                       [False, False, True, True, True, True]))
 
 
 def _recommendation(a: dict, b: list, img: dict) -> None:

@@ -47,6 +47,11 @@ ABOUT = {
                   "phase; with a recommendation, the fitted step-time model's prediction for each step's "
                   "composition (macro `report_step_model`: its coefficients applied to decode sequences, KV tokens "
                   "read, prefill tokens and attention work) and its p99 band."),
+    "metrics_timeline": ("From Prometheus metrics alone (all replicas merged, view macro `metric_timeline`): the ITL "
+                         "p99 estimate per window (interpolated inside its histogram bucket; the shaded band is that "
+                         "bucket) against the prompt tokens per second; below, the finished requests per second and "
+                         "the goodput band (the Fréchet bounds of the TTFT and TPOT histograms, `metrics."
+                         "goodput_rps_bounds`, over the whole range as dashed lines)."),
     "chunk_goodput": ("Goodput by chunked-prefill budget from the recommendation's what-if replay of this "
                       "incident's workload (`recommendation.goodput_by_chunk`), with its uncertainty band, the "
                       "budget the incident ran with and the recommended one."),
@@ -451,6 +456,51 @@ def chunk_goodput(store=None, analysis: dict | None = None) -> Figure:
 
 
 # The figures of a report, in page order: (file stem, function, title).
+def metrics_timeline(store, analysis: dict | None = None) -> Figure:
+    """ITL p99 (with its bucket) against the prompt-token rate per window, and requests/s with the goodput band."""
+    con = _con(store)
+    title = "Prometheus metrics: ITL tail against prefill load"
+    m = (analysis or {}).get("metrics")
+    if not m:
+        return _unavailable(title, "no serving metrics in the store", "time (s)", "ms")
+    width = int((m.get("window_width_s") or 0) * 1e9)
+    d = _arrays(con, f"""SELECT start_ns, end_ns, itl_p99_ms, itl_p99_lo_ms, itl_p99_hi_ms, prompt_tokens_per_s,
+                                requests_finished / duration_s AS finished_rps, good_lo / duration_s AS good_lo_rps,
+                                good_hi / duration_s AS good_hi_rps
+                         FROM metric_timeline({width})""")
+    if not len(d["end_ns"]):
+        return _unavailable(title, "no windows: every series has a single sample", "time (s)", "ms")
+    t0 = int(m["window_start_ns"])
+    x = (d["end_ns"] - t0) / 1e9
+    fig, (ax, axg) = new_figure(2, height_ratios=[3, 2], height=HEIGHT_IN * 1.2)
+    ax.set_title(title)
+    hi = np.where(np.isfinite(d["itl_p99_hi_ms"]), d["itl_p99_hi_ms"], d["itl_p99_lo_ms"])
+    ax.fill_between(x, d["itl_p99_lo_ms"], hi, step="pre", color="#d62728", alpha=0.15, label="bucket of the p99")
+    ax.step(x, d["itl_p99_ms"], where="pre", color="#d62728", lw=1.6, label="ITL p99 (estimate)", gid="itl_p99")
+    ax.set_ylabel("ITL p99 (ms)", color="#d62728")
+    ax.set_ylim(bottom=0)
+    ax2 = ax.twinx()
+    ax2.step(x, d["prompt_tokens_per_s"], where="pre", color="#4a6fa5", lw=1.2, label="prompt tokens/s",
+             gid="prompt_tokens_per_s")
+    ax2.set_ylabel("prompt tokens/s", color="#4a6fa5")
+    ax2.set_ylim(bottom=0)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8, framealpha=0.85)
+    axg.step(x, d["finished_rps"], where="pre", color="#555555", lw=1, label="finished req/s")
+    axg.fill_between(x, d["good_lo_rps"], d["good_hi_rps"], step="pre", color="#2a9d4a", alpha=0.35,
+                     label="goodput band per window")
+    band = m.get("goodput_rps_bounds")
+    if band:
+        for v in band:
+            axg.axhline(v, color="#2a9d4a", ls="--", lw=1)
+    axg.set_ylabel("requests/s")
+    axg.set_ylim(bottom=0)
+    axg.set_xlabel(_time_label(t0))
+    axg.legend(loc="upper left", fontsize=8, framealpha=0.85)
+    return fig
+
+
 ALL = (("timeline", timeline, "Decode gaps over time"),
        ("throughput", throughput, "Tokens/s against goodput"),
        ("itl_cdf", itl_cdf, "Inter-token latency distribution"),

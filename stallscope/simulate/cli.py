@@ -77,6 +77,11 @@ def simulate_cmd(
                                        "without the prompt."),
     gzip_kinds: Optional[str] = typer.Option(None, "--gzip", help="Artifacts to gzip: a comma list of bench, vllm, "
                                                                   "tgi, sglang, truth, or all."),
+    metrics: bool = typer.Option(False, "--metrics", help="Also write what Prometheus would hold for the vLLM server "
+                                 "(default buckets, a scrape every --metrics-interval s) as a query_range matrix."),
+    metrics_interval: float = typer.Option(10.0, help="Seconds between two scrapes of --metrics."),
+    otel: bool = typer.Option(False, "--otel", help="Also write vLLM's llm_request OpenTelemetry spans (OTLP/JSON, "
+                                                    "one Collector file-exporter line per second of finishes)."),
 ):
     """Simulate an LLM engine run and write its trace, benchmark JSON, server logs and ground truth."""
     from rich.console import Console
@@ -102,7 +107,11 @@ def simulate_cmd(
     compress = _kinds(gzip_kinds)
     if out.exists() and not out.is_dir():
         raise StallscopeError(f"--out {out} exists and is not a directory")
-    written = artifacts.write_all(run, out, compress=compress, analysis=a)
+    if metrics_interval <= 0:
+        raise StallscopeError("--metrics-interval must be positive")
+    extras = tuple(k for k, on in (("metrics", metrics), ("otel", otel)) if on)
+    written = artifacts.write_all(run, out, compress=compress, analysis=a, extras=extras,
+                                  metrics_interval_s=metrics_interval)
     s = a.summary()
     tbl = Table(title=f"simulate: {spec.profile}, {spec.policy} budget {spec.resolved_budget()}, seed {seed}")
     tbl.add_column("quantity")
@@ -127,7 +136,7 @@ def simulate_cmd(
 
 
 def _kinds(text: str | None) -> tuple[str, ...]:
-    text_kinds = ("bench", "vllm", "tgi", "sglang", "truth")
+    text_kinds = ("bench", "vllm", "tgi", "sglang", "truth", "metrics", "otel")
     if not text:
         return ()
     if text.strip() == "all":

@@ -1,0 +1,41 @@
+-- All replicas of all sources merged, in windows `width_ns` long (0: the scrape windows): the timeline the
+-- analysis JSON, the report's figure and the fleet lake show (columns as `_metric_window_stats`).
+-- @depends _metric_window_stats
+-- @param width_ns  BIGINT  Window length, ns (0: one window per scrape).
+-- @column start_ns                BIGINT   Window start, ns since Unix epoch, UTC.
+-- @column end_ns                  BIGINT   Window end, ns since Unix epoch, UTC.
+-- @column duration_s              DOUBLE   end - start, s.
+-- @column requests_finished       DOUBLE   Requests finished (vLLM request_success, else the TPOT or E2E count).
+-- @column ttft_count              DOUBLE   TTFT observations (requests that got their first token).
+-- @column tpot_count              DOUBLE   Per-request TPOT observations (requests finished).
+-- @column itl_count               DOUBLE   Inter-token gaps observed.
+-- @column ttft_p99_ms             DOUBLE   TTFT p99 estimate, ms (interpolated within its bucket).
+-- @column ttft_p99_lo_ms          DOUBLE   Lower edge of the bucket holding the TTFT p99, ms.
+-- @column ttft_p99_hi_ms          DOUBLE   Upper edge of that bucket, ms (+Inf possible).
+-- @column itl_p99_ms              DOUBLE   ITL p99 estimate, ms.
+-- @column itl_p99_lo_ms           DOUBLE   Lower edge of the bucket holding the ITL p99, ms.
+-- @column itl_p99_hi_ms           DOUBLE   Upper edge of that bucket, ms.
+-- @column tpot_p99_ms             DOUBLE   Per-request TPOT p99 estimate, ms.
+-- @column tpot_p99_lo_ms          DOUBLE   Lower edge of the bucket holding the TPOT p99, ms.
+-- @column tpot_p99_hi_ms          DOUBLE   Upper edge of that bucket, ms.
+-- @column mean_itl_ms             DOUBLE   Mean inter-token gap (ITL sum / count), ms: about the mean step time.
+-- @column prompt_tokens_per_s     DOUBLE   Prompt tokens counted per second.
+-- @column generation_tokens_per_s DOUBLE   Generated tokens per second.
+-- @column steps                   DOUBLE   Engine steps observed (`iteration_tokens_total` count).
+-- @column mean_step_tokens        DOUBLE   Mean tokens per engine step.
+-- @column big_step_share          DOUBLE   Share of steps above 512 tokens.
+-- @column ttft_ok_lo              DOUBLE   TTFT observations surely within the TTFT SLO (NULL: SLO or histogram missing).
+-- @column ttft_ok_hi              DOUBLE   TTFT observations possibly within it.
+-- @column itl_ok_lo               DOUBLE   Gaps surely within the ITL SLO.
+-- @column itl_ok_hi               DOUBLE   Gaps possibly within it.
+-- @column tpot_ok_lo              DOUBLE   Finished requests surely within the TPOT SLO.
+-- @column tpot_ok_hi              DOUBLE   Finished requests possibly within it.
+-- @column ttft_ok_share           DOUBLE   ttft_ok_lo / ttft_count (exact when the SLO is a bucket edge).
+-- @column ttft_ok_share_hi        DOUBLE   ttft_ok_hi / ttft_count.
+-- @column itl_ok_share            DOUBLE   itl_ok_lo / itl_count.
+-- @column itl_ok_share_hi         DOUBLE   itl_ok_hi / itl_count.
+-- @column good_lo                 DOUBLE   Fréchet lower bound of requests meeting TTFT and TPOT in the window.
+-- @column good_hi                 DOUBLE   Fréchet upper bound.
+-- @column resets                  BOOLEAN  A counter or histogram restarted in the window.
+CREATE OR REPLACE TEMP MACRO metric_timeline(width_ns := 0) AS TABLE
+SELECT * EXCLUDE (source_id, replica) FROM _metric_window_stats(width_ns, false) ORDER BY start_ns;
