@@ -57,6 +57,18 @@ class Store:
             except duckdb.Error as e:  # a full disk, a read-only file system: said as such, with the file
                 self._close_quietly()
                 raise StallscopeError(f"cannot write the store {self.path}: {os_cause(e)}") from None
+        else:
+            self._stand_in_for_newer_tables()
+
+    def _stand_in_for_newer_tables(self) -> None:
+        """A store written by an older stallscope and opened read-only lacks the tables added since (it cannot be
+        altered): each gets an empty temp table of the same shape, so every view reads it as "no such rows"."""
+        have = {r[0] for r in self.con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()}
+        for t in TABLES.values():
+            if t.name not in have:
+                cols = ", ".join(f"{c.name} {c.type}" for c in t.cols)
+                self.con.execute(f"CREATE TEMP TABLE {t.name} ({cols})")
 
     # -- notebook API ------------------------------------------------------------------------------
     def sql(self, query: str, params: Sequence | dict | None = None) -> pl.DataFrame:

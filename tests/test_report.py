@@ -49,17 +49,27 @@ def test_report_on_the_unchunked_sample_with_a_store():
     # the four 8k-token prefills are the stalls' top culprits, and the page says so
     rows = [ln for ln in md.splitlines() if ln.startswith("| ") and "8,192" in ln]
     assert len(rows) >= 4
-    assert "Not computed." in md  # no recommendation in this analysis
-    assert "spikes: " in stdout and "recommendation: not computed" in stdout
+    # The report answers by default, in the sample's own engine's flags and policy (a vLLM V0 prefill-first run;
+    # its folder also holds a TGI router log of the same requests).
+    rec = doc["recommendation"]
+    assert rec["engine"] == "vllm" and rec["policy_observed"] == "prefill_first" and rec["evidence"] == "trace"
+    assert rec["setting"].startswith("--enable-chunked-prefill --max-num-batched-tokens ")
+    html = (out / "report.html").read_text()
+    assert "Not computed." not in md and f"**Set** {rec['setting']} (vllm)" in md
+    assert "policy observed: prefill_first" in html and "Step evidence: the profiler trace&#x27;s steps" in html
+    assert "spikes: " in stdout and f"recommendation: {rec['setting']}" in stdout
 
 
 @pytest.mark.slow
 def test_report_from_files_on_the_chunked_8192_sample():
     out = workdir() / "report-chunked-8192"
-    r = run_ok("report", *artifacts(SAMPLES / "chunked-8192-tpot-violations"), "--slo", SLO, "--out", out)
+    r = run_ok("report", *artifacts(SAMPLES / "chunked-8192-tpot-violations"), "--slo", SLO, "--out", out,
+               "--no-recommend")
     doc = _check_outputs(out, r.stdout)
     assert doc["requests"]["total"] > 0 and doc["requests"]["good"] < 0.7 * doc["requests"]["total"]
     assert "missed mean TPOT" in (out / "report.md").read_text()
+    assert "recommendation" not in doc and "Not computed." in (out / "report.md").read_text()  # --no-recommend
+    assert "recommendation: not computed" in r.stdout
 
 
 @pytest.mark.slow

@@ -62,6 +62,25 @@ def test_opening_a_store_of_an_older_schema_adds_the_new_columns(tmp_path):
         assert s.sql("SELECT count(*) FROM gpu_kernels").item() == n > 0
 
 
+def test_a_store_of_an_older_schema_reads_read_only_with_its_newer_tables_empty(tmp_path):
+    """A store written before a table existed cannot be altered when opened read-only (`report --db`, `analyze
+    --db`): the table reads as empty instead of failing every view that names it."""
+    import duckdb
+
+    from stallscope.store import Store
+
+    db = tmp_path / "old.duckdb"
+    with stallscope.open(db) as s:
+        s.ingest(real(SMALL))
+    with duckdb.connect(str(db)) as con:
+        con.execute("DROP TABLE metric_samples")
+        con.execute("DROP TABLE engine_steps")
+    with Store(db, read_only=True) as s:
+        assert s.sql("SELECT count(*) FROM metric_samples").item() == 0
+        assert s.sql("SELECT count(*) FROM engine_steps").item() == 0
+        assert s.sql("SELECT count(*) FROM gpu_kernels").item() > 0
+
+
 def test_reingest_same_content_is_a_noop(tmp_path):
     src = tmp_path / "a.json.gz"
     shutil.copy(real(SMALL), src)

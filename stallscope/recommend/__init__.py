@@ -52,6 +52,19 @@ def check_slo(slo) -> dict:
     return d
 
 
+def recommend_or_why(con, opts: Options) -> dict:
+    """The recommendation, or, when the SLO has no latency term for the replay to judge, the recommendation object
+    with no setting and that reason as its missing evidence (a report answers by default and must not fail on it)."""
+    from . import observe
+
+    if not _slo_dict(opts.slo):
+        out = _empty(observe.engine(con))
+        out["missing_evidence"] = ["an SLO with a latency term to judge each budget by: give --slo with at least one "
+                                   "of ttft, tpot, itl, e2el (e.g. --slo ttft=1s,itl=100ms)"]
+        return _clean(out)
+    return recommend(con, opts)
+
+
 def recommend(con, opts: Options) -> dict:
     from . import choose, observe, placement, replay
     from .fit import FitError, fit

@@ -32,8 +32,9 @@ def report_cmd(
                                                                           "analysis.json and the figures."),
         include_prompts: bool = typer.Option(False, "--include-prompts",
                                              help="Show raw input records (which can hold prompt text)."),
-        recommend: bool = typer.Option(False, "--recommend", help="Include the chunk-budget and placement "
-                                                                  "recommendation (`stallscope recommend`)."),
+        recommend: bool = typer.Option(True, "--recommend/--no-recommend",
+                                       help="Include the chunk-budget and placement recommendation (`stallscope "
+                                            "recommend`; on by default, it needs an SLO with a latency term)."),
         attainment: float = typer.Option(0.9, "--attainment", callback=cliopts.attainment,
                                          help="Target share of good requests."),
         spike_k: float = typer.Option(3.0, "--spike-k", callback=cliopts.spike_k,
@@ -47,17 +48,13 @@ def report_cmd(
     from .terminal import summary
 
     opts = Options(slo=parse_slo(slo), attainment=attainment, spike_k=spike_k)
-    if recommend:
-        from ..recommend import check_slo
-
-        check_slo(opts.slo)  # before any ingest: an SLO the replay cannot judge is one line, at once
     with _open_store(paths, db, year, tz) as store:
         result = analyze(store.con, opts)
         if recommend:
-            from ..recommend import Options as RecOptions, recommend as run_recommend
+            from ..recommend import Options as RecOptions, recommend_or_why
 
-            result["recommendation"] = run_recommend(store.con, RecOptions(slo=opts.slo, attainment=attainment,
-                                                                          prepared=True))
+            result["recommendation"] = recommend_or_why(store.con, RecOptions(slo=opts.slo, attainment=attainment,
+                                                                              prepared=True))
         crash_point("report.build")  # stallscope.faults: where fault tests crash or interrupt a report
         rep = build(store, result, out, include_prompts=include_prompts, top=top)
     summary(rep)

@@ -42,6 +42,9 @@ def summary(rep: Report, console: Console | None = None) -> None:
     rec = rep.analysis.get("recommendation")
     if isinstance(rec, dict) and rec.get("setting"):
         out.print(f"recommendation: {escape(clip(rec['setting'], 120))}", highlight=False)
+    elif isinstance(rec, dict):
+        missing = rec.get("missing_evidence") or ["no budget could be chosen"]
+        out.print(f"recommendation: none; missing evidence: {escape(clip(missing[0], 200))}", highlight=False)
     else:
         out.print("recommendation: not computed", highlight=False)
     out.print(f"report: {escape(str(rep.files['report.html']))}", highlight=False)
