@@ -113,12 +113,16 @@ def simulate_cmd(
         pools: int = typer.Option(3, "--pools", callback=cliopts.positive,
                                   help="Pools (1-3): chat (chunked 512), batch (chunked 8192), "
                                        "legacy (V0 unchunked)."),
+        metrics: int = typer.Option(0, "--metrics", callback=cliopts.non_negative,
+                                    help="Replicas that also export Prometheus metrics (a query_range JSON per "
+                                         "run, scraped every second): their shards fill the lake's "
+                                         "metrics_windows."),
         seed: int = typer.Option(0, "--seed", help="Seed of every random choice.")):
     """Write a simulated fleet (healthy and stalling replicas in 2-3 pools) as a `fleet run` SOURCE."""
     from .simulate import simulate_fleet
 
     fleet = simulate_fleet(out, replicas, windows=windows, window_s=window_s, duration_s=duration, rate=rate,
-                           traced=traced, pools=pools, seed=seed)
+                           traced=traced, pools=pools, seed=seed, metrics=metrics)
     stalling = sum(r.stalling for r in fleet)
     sys.stdout.write(f"{len(fleet)} replicas ({stalling} stalling) x {windows} window{'s' * (windows != 1)} in "
                      f"{len({r.pool for r in fleet})} pools -> {out} (manifest {out}/fleet.csv)\n")

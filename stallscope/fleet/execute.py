@@ -220,7 +220,21 @@ def shard_tables(con, result: dict, shard, aopts) -> dict[str, pa.Table]:
     rejects = con.sql("SELECT * FROM rejects ORDER BY source_id, line_no, byte_offset, record_index").to_arrow_table()
     out = {"goodput": pa.Table.from_pylist([goodput]), "spikes": spikes, "culprits": culprits, "requests": requests,
            "sources": sources, "rejects": rejects}
+    windows = metrics_windows(result)
+    if windows is not None:
+        out["metrics_windows"] = windows
     return {k: _with_shard(sid, v) for k, v in out.items()}
+
+
+def metrics_windows(result: dict) -> pa.Table | None:
+    """The windows of the analysis' `"metrics"` object as a table (None when the shard has no metrics windows:
+    no samples, or none of the serving metrics). Taken from the result itself, so the lake holds exactly what
+    `analyze --json` gives for the shard (at most analyze_metrics.MAX_WINDOWS rows)."""
+    windows = (result.get("metrics") or {}).get("windows")
+    if not windows:
+        return None
+    schema = pa.schema([f for f in lk.METRICS_WINDOWS if f.name != "shard_id"])
+    return pa.Table.from_pylist(windows, schema=schema)
 
 
 def _with_shard(sid: str, t: pa.Table) -> pa.Table:

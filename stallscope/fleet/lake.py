@@ -14,6 +14,10 @@ table has `shard_id`. A shard's partitions are first written under `LAKE/_stagin
 its `_shards` row is replaced (also by rename): a crash leaves whole partitions only, and a shard is complete
 exactly when its `_shards` row says `done` with the current content hash. Readers that must never see a shard in
 the middle of being rewritten join on `_shards` (`done_filter`).
+
+Every shard writes every table of `TABLES` (an empty file when it has no rows); the tables of `OPTIONAL` are
+written only by the shards that have rows for them (`metrics_windows`: shards whose files carry Prometheus
+metrics), so a lake without such shards has no such folder and its other tables are unchanged.
 """
 from __future__ import annotations
 
@@ -101,15 +105,26 @@ FILES = pa.schema([("sha256", STR), ("first_ns", I64), ("last_ns", I64), ("role"
 # Planning's record of file hashes: a file whose address, size and mtime are unchanged is not read again.
 HASHES = pa.schema([("path", STR), ("size_bytes", I64), ("mtime_ns", I64), ("sha256", STR)])
 
+# One row per window of the shard's Prometheus metrics: the `windows` of `analyze --json`'s `"metrics"` object for
+# the shard alone (all metric series of the shard's files merged, as analyze merges them; NaN and infinities null).
+METRICS_WINDOWS = _schema(
+    ("start_ns", I64), ("end_ns", I64), ("requests_finished", F64), ("ttft_p99_ms", F64), ("itl_p99_ms", F64),
+    ("tpot_p99_ms", F64), ("prompt_tokens_per_s", F64), ("generation_tokens_per_s", F64), ("big_step_share", F64),
+    ("ttft_ok_share", F64), ("itl_ok_share", F64),
+)
+
 TABLES: dict[str, pa.Schema] = {
     "goodput": GOODPUT, "spikes": SPIKES, "culprits": CULPRITS, "requests": REQUESTS,
     "recommendations": RECOMMENDATIONS, "sources": SOURCES, "rejects": REJECTS,
 }
+# Written only by shards with rows for them (see the module doc); the rollup gives an empty view when none did.
+OPTIONAL: dict[str, pa.Schema] = {"metrics_windows": METRICS_WINDOWS}
+ALL_TABLES: dict[str, pa.Schema] = {**TABLES, **OPTIONAL}
 
 
 def conform(name: str, table: pa.Table) -> pa.Table:
     """The table in its declared schema: declared columns, in order, cast (a missing one is an internal error)."""
-    schema = TABLES[name]
+    schema = ALL_TABLES[name]
     missing = [f.name for f in schema if f.name not in table.column_names]
     if missing:
         raise RuntimeError(f"lake table {name}: columns {missing} not produced")
@@ -204,13 +219,15 @@ class Lake:
             self.fs.delete_dir(old)
 
     def write_shard(self, shard, tables: dict[str, pa.Table] | None, row: dict) -> None:
-        """Write a shard's tables (None: it failed, its old partitions are removed) and then its ledger row."""
+        """Write a shard's tables (None: it failed, its old partitions are removed) and then its ledger row. An
+        OPTIONAL table the shard has no rows for is not written (and a partition an earlier run left is removed)."""
         from pyarrow import fs as pafs
 
         part = partition(shard.pool, shard.replica, shard.window)
-        for name in TABLES:
+        for name in ALL_TABLES:
             target = self.path(name, part)
-            if tables is None:
+            absent = tables is None or (name in OPTIONAL and (name not in tables or tables[name].num_rows == 0))
+            if absent:
                 if self.fs.get_file_info(target).type != pafs.FileType.NotFound:
                     self.fs.delete_dir(target)
                 continue
@@ -251,8 +268,8 @@ def scan(lake: str, table: str, files: list[str] | None = None) -> str:
     (`s3://` and `gs://` lakes need DuckDB's httpfs extension: `INSTALL httpfs; LOAD httpfs;`.)
     With `files` (the table's Parquet files, listed by the caller), DuckDB reads exactly those: no glob over a
     path that may itself hold glob characters (`[`, `*`, `?`)."""
-    if table != "_shards" and table not in TABLES:
-        raise StallscopeError(f"no lake table {table!r}; tables: {', '.join(TABLES)}, _shards")
+    if table != "_shards" and table not in ALL_TABLES:
+        raise StallscopeError(f"no lake table {table!r}; tables: {', '.join(ALL_TABLES)}, _shards")
     if files is not None:
         where = "[" + ", ".join(_literal(f) for f in files) + "]"
     else:

@@ -4,9 +4,9 @@
 The lake comes in as one `lake_<table>` view per lake table holding the rows of the shards whose `_shards` row
 says `done`: on a local disk `lake.scan`'s `read_parquet(..., hive_partitioning = true)` (pool, replica and window
 read as text), for a URI an Arrow dataset over the pyarrow filesystem that wrote the lake, with the same hive
-partitions. A table no shard wrote (a lake whose shards all failed) is an empty view of its declared schema, so
-every rollup view always binds. The rollup views are plain SQL over those; this module only wires them and shapes
-the result.
+partitions. A table no shard wrote (a lake whose shards all failed, or `metrics_windows` in a lake whose shards
+carry no metrics) is an empty view of its declared schema, so every rollup view always binds. The rollup views are
+plain SQL over those; this module only wires them and shapes the result.
 """
 from __future__ import annotations
 
@@ -127,14 +127,14 @@ def open_lake(lake) -> Lake:
             raise StallscopeError(f"{root} is not a stallscope lake (no _shards table): "
                                   "write one with `stallscope fleet run SOURCE --out LAKE`")
         con.execute(f"CREATE OR REPLACE TEMP VIEW lake_shards AS SELECT * FROM {expr}")
-        for table, schema in lk.TABLES.items():
+        for table, schema in lk.ALL_TABLES.items():
             parts = ("pool", "replica", "window")
             expr, found[table] = table_expr(table, schema, parts)
             if expr is not None:
                 # a shard being rewritten, or one that failed after it was done, is not in the rollup
                 con.execute(f"CREATE OR REPLACE TEMP VIEW lake_{table} AS SELECT * FROM {expr} "
                             "WHERE shard_id IN (SELECT shard_id FROM lake_shards WHERE status = 'done')")
-            else:  # no shard wrote the table (all failed): an empty view of its declared schema
+            else:  # no shard wrote the table (all failed, or an optional one): an empty view of its declared schema
                 _empty_view(con, f"lake_{table}", schema, parts)
         sqlviews.create(con, sqlviews.all_queries(fleet=True))
     except (duckdb.Error, OSError) as e:
