@@ -5,12 +5,13 @@
 -- (quantile_disc: an actual recommendation, ties low), with their range. Unchunked (a V0 prefill-first engine, or
 -- a recommendation that no prefill needs chunking) is NULL and ranks above every budget. A pool is flagged
 -- (`differs`) when the two differ; the predicted goodputs say what the change is worth.
+-- @depends _fleet_sum
 -- @column pool                              VARCHAR  The pool.
 -- @column shards                            BIGINT   Shards of the pool with a recommendation row.
 -- @column shards_ok                         BIGINT   Shards whose recommendation is `ok` (the ones that count).
 -- @column current_budget_tokens             BIGINT   The pool's current budget, tokens (NULL: unchunked, or no `ok` shard).
 -- @column current_budgets                   BIGINT[] Distinct current budgets of its `ok` shards, ascending (NULL element: unchunked).
--- @column current_policy                    VARCHAR  The scheduling policy most of its `ok` shards ran (`chunked`, `prefill_first`, ...).
+-- @column current_policy                    VARCHAR  The scheduling policy most of its `ok` shards ran (`chunked`, `prefill_first`, ...; ties: the first by name).
 -- @column recommended_budget_tokens         BIGINT   The pool's recommended budget, tokens (NULL: unchunked, or no `ok` shard).
 -- @column recommended_min_tokens            BIGINT   Smallest budget an `ok` shard recommended, tokens (NULL: unchunked).
 -- @column recommended_max_tokens            BIGINT   Largest budget an `ok` shard recommended, tokens (NULL: unchunked).
@@ -18,7 +19,7 @@
 -- @column predicted_goodput_current_rps     DOUBLE   Sum over `ok` shards of the replay's goodput at their current budget, requests per second.
 -- @column predicted_goodput_recommended_rps DOUBLE   Sum over `ok` shards of the replay's goodput at their recommended budget, requests per second.
 -- @column predicted_gain_rps                DOUBLE   predicted_goodput_recommended_rps - predicted_goodput_current_rps, requests per second.
--- @column placement                         VARCHAR  The placement most of its `ok` shards were recommended (`aggregated` or `disaggregated`).
+-- @column placement                         VARCHAR  The placement most of its `ok` shards were recommended (`aggregated` or `disaggregated`; ties: `aggregated`).
 -- @column differs                           BOOLEAN  The recommended budget differs from the current one (NULL when no shard is `ok`).
 CREATE OR REPLACE TEMP VIEW fleet_budgets AS
 WITH r AS (
@@ -32,13 +33,13 @@ cur AS (
 p AS (
     SELECT pool, count(*) AS shards, count(*) FILTER (WHERE ok) AS shards_ok,
            list_sort(list_distinct(list(cur_key) FILTER (WHERE ok))) AS cur_keys,
-           mode(policy) FILTER (WHERE ok) AS current_policy,
+           mode(policy ORDER BY policy) FILTER (WHERE ok) AS current_policy,
            quantile_disc(rec_key, 0.5) FILTER (WHERE ok) AS rec_key,
            min(rec_key) FILTER (WHERE ok) AS rec_min, max(rec_key) FILTER (WHERE ok) AS rec_max,
            count(*) FILTER (WHERE ok AND rec_key <> cur_key) AS shards_differing,
-           sum(goodput_current_rps) FILTER (WHERE ok) AS predicted_goodput_current_rps,
-           sum(goodput_recommended_rps) FILTER (WHERE ok) AS predicted_goodput_recommended_rps,
-           mode(placement) FILTER (WHERE ok) AS placement
+           _fleet_sum(CASE WHEN ok THEN goodput_current_rps END) AS predicted_goodput_current_rps,
+           _fleet_sum(CASE WHEN ok THEN goodput_recommended_rps END) AS predicted_goodput_recommended_rps,
+           mode(placement ORDER BY placement) FILTER (WHERE ok) AS placement
     FROM r GROUP BY pool)
 SELECT p.pool, p.shards, p.shards_ok, nullif(c.cur_key, 9223372036854775807) AS current_budget_tokens,
        CASE WHEN p.shards_ok > 0 THEN list_transform(p.cur_keys, lambda x: nullif(x, 9223372036854775807)) END

@@ -1,6 +1,7 @@
 -- The fleet rollup's base: each pool's shards summed within one window (the shards of one window run side by
 -- side, so their goodputs add up). Reads `lake_goodput` (one row per shard: the numbers `stallscope analyze`
 -- gives for the shard alone), which stallscope.fleet.rollup creates over LAKE/goodput with hive partitioning.
+-- @depends _fleet_sum
 -- @column pool                        VARCHAR  The pool (a hive partition of the lake).
 -- @column window                      VARCHAR  The window: `all` without --window, else its start as YYYYMMDDTHHMMSSZ (UTC).
 -- @column start_ns                    BIGINT   Earliest judged-window start of the pool's shards in it, ns since Unix epoch, UTC.
@@ -26,8 +27,8 @@ SELECT pool, "window", min(window_start_ns) AS start_ns, max(window_end_ns) AS e
        CAST(sum(requests_total) AS BIGINT) AS requests_total, CAST(sum(requests_good) AS BIGINT) AS requests_good,
        CAST(sum(requests_good_counterfactual) AS BIGINT) AS requests_good_counterfactual,
        CAST(sum(requests_lost) AS BIGINT) AS requests_lost, CAST(sum(requests_failed) AS BIGINT) AS requests_failed,
-       sum(goodput_rps) AS goodput_rps, sum(goodput_counterfactual_rps) AS goodput_counterfactual_rps,
-       sum(goodput_lost_rps) AS goodput_lost_rps, CAST(sum(spike_count) AS BIGINT) AS spike_count,
-       CAST(max(worst_gap_ns) AS BIGINT) AS worst_gap_ns, sum(interference_gpu_s) AS interference_gpu_s
+       _fleet_sum(goodput_rps) AS goodput_rps, _fleet_sum(goodput_counterfactual_rps) AS goodput_counterfactual_rps,
+       _fleet_sum(goodput_lost_rps) AS goodput_lost_rps, CAST(sum(spike_count) AS BIGINT) AS spike_count,
+       CAST(max(worst_gap_ns) AS BIGINT) AS worst_gap_ns, _fleet_sum(interference_gpu_s) AS interference_gpu_s
 FROM lake_goodput
 GROUP BY pool, "window";

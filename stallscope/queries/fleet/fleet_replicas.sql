@@ -1,6 +1,7 @@
 -- Replicas ranked by the goodput they lost to prefill-decode interference: each replica's goodput over its
 -- windows (good requests per second of its judged time), what it would be without interference, the spikes
 -- behind the loss, and its worst gap. Rank 1 lost the most; ties go to more spikes, then the longer worst gap.
+-- @depends _fleet_sum
 -- @column lost_rank                   BIGINT   1 = the replica that lost the most goodput.
 -- @column pool                        VARCHAR  The replica's pool.
 -- @column replica                     VARCHAR  The replica.
@@ -18,21 +19,22 @@
 -- @column interference_gpu_s          DOUBLE   GPU-seconds of prefill work that stalled decodes (NULL without a trace).
 CREATE OR REPLACE TEMP VIEW fleet_replicas AS
 WITH r AS (
-    SELECT pool, replica, count(*) AS windows, sum(duration_s) AS duration_s,
+    SELECT pool, replica, count(*) AS windows, _fleet_sum(duration_s) AS duration_s,
            CAST(sum(requests_total) AS BIGINT) AS requests_total, CAST(sum(requests_good) AS BIGINT) AS requests_good,
            CAST(sum(requests_lost) AS BIGINT) AS requests_lost,
-           CASE WHEN count(*) = 1 THEN sum(goodput_rps)
-                ELSE sum(goodput_rps * duration_s) / nullif(sum(duration_s) FILTER (WHERE goodput_rps IS NOT NULL), 0)
+           CASE WHEN count(*) = 1 THEN _fleet_sum(goodput_rps)
+                ELSE _fleet_sum(goodput_rps * duration_s)
+                     / nullif(_fleet_sum(CASE WHEN goodput_rps IS NOT NULL THEN duration_s END), 0)
                 END AS goodput_rps,
-           CASE WHEN count(*) = 1 THEN sum(goodput_counterfactual_rps)
-                ELSE sum(goodput_counterfactual_rps * duration_s)
-                     / nullif(sum(duration_s) FILTER (WHERE goodput_counterfactual_rps IS NOT NULL), 0) END
+           CASE WHEN count(*) = 1 THEN _fleet_sum(goodput_counterfactual_rps)
+                ELSE _fleet_sum(goodput_counterfactual_rps * duration_s)
+                     / nullif(_fleet_sum(CASE WHEN goodput_counterfactual_rps IS NOT NULL THEN duration_s END), 0) END
                AS goodput_counterfactual_rps,
-           CASE WHEN count(*) = 1 THEN sum(goodput_lost_rps)
-                ELSE sum(goodput_lost_rps * duration_s)
-                     / nullif(sum(duration_s) FILTER (WHERE goodput_lost_rps IS NOT NULL), 0) END AS goodput_lost_rps,
+           CASE WHEN count(*) = 1 THEN _fleet_sum(goodput_lost_rps)
+                ELSE _fleet_sum(goodput_lost_rps * duration_s)
+                     / nullif(_fleet_sum(CASE WHEN goodput_lost_rps IS NOT NULL THEN duration_s END), 0) END AS goodput_lost_rps,
            CAST(sum(spike_count) AS BIGINT) AS spike_count, max(worst_gap_ns) / 1e6 AS worst_gap_ms,
-           sum(interference_gpu_s) AS interference_gpu_s
+           _fleet_sum(interference_gpu_s) AS interference_gpu_s
     FROM lake_goodput GROUP BY pool, replica)
 SELECT row_number() OVER (ORDER BY goodput_lost_rps DESC NULLS LAST, spike_count DESC NULLS LAST,
                                    worst_gap_ms DESC NULLS LAST, pool, replica) AS lost_rank,

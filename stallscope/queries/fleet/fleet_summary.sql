@@ -20,7 +20,7 @@
 -- @column lost_share                  DOUBLE   goodput_lost_rps / goodput_counterfactual_rps (0..1).
 -- @column spike_count                 BIGINT   Decode-gap spikes fleet-wide.
 -- @column worst_gap_ms                DOUBLE   The fleet's longest spiking gap, ms.
--- @column slo                         VARCHAR  The SLOs the shards were judged against, e.g. `TTFT 2000 ms, ITL 200 ms` (the most common set).
+-- @column slo                         VARCHAR  The SLOs the shards were judged against, e.g. `TTFT 2000 ms, ITL 200 ms` (the most common set; ties: the first by name).
 -- @column slo_sets                    BIGINT   Distinct SLO sets among the shards (above 1 their goodputs measure different things).
 CREATE OR REPLACE TEMP VIEW fleet_summary AS
 WITH w AS (
@@ -33,7 +33,7 @@ WITH w AS (
            CAST(sum(spike_count) AS BIGINT) AS spike_count, max(worst_gap_ns) / 1e6 AS worst_gap_ms
     FROM fleet_windows),
 g AS (SELECT count(DISTINCT pool) AS pools, count(DISTINCT (pool, replica)) AS replicas FROM lake_goodput),
-o AS (SELECT mode(k) AS slo, count(DISTINCT k) AS slo_sets
+o AS (SELECT mode(k ORDER BY k) AS slo, count(DISTINCT k) AS slo_sets
       FROM (SELECT concat_ws(', ', 'TTFT ' || printf('%g', slo_ttft_ms) || ' ms',
                              'TPOT ' || printf('%g', slo_tpot_ms) || ' ms',
                              'ITL ' || printf('%g', slo_itl_ms) || ' ms',

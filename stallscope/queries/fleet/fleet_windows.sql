@@ -1,6 +1,6 @@
 -- The fleet per window: every pool's shards of the window summed (fleet goodput at that time is the sum of
 -- its replicas' goodput). One row (`all`) when the lake was built without --window.
--- @depends fleet_pool_windows
+-- @depends fleet_pool_windows, _fleet_sum
 -- @column window                      VARCHAR  The window: `all` without --window, else its start as YYYYMMDDTHHMMSSZ (UTC).
 -- @column start_ns                    BIGINT   Earliest judged-window start of its shards, ns since Unix epoch, UTC.
 -- @column end_ns                      BIGINT   Latest judged-window end of its shards, ns since Unix epoch, UTC.
@@ -22,8 +22,8 @@ SELECT "window", min(start_ns) AS start_ns, max(end_ns) AS end_ns,
        count(*) AS pools, CAST(sum(shards) AS BIGINT) AS shards, CAST(sum(replicas) AS BIGINT) AS replicas,
        CAST(sum(requests_total) AS BIGINT) AS requests_total, CAST(sum(requests_good) AS BIGINT) AS requests_good,
        CAST(sum(requests_lost) AS BIGINT) AS requests_lost,
-       sum(goodput_rps) AS goodput_rps, sum(goodput_counterfactual_rps) AS goodput_counterfactual_rps,
-       sum(goodput_lost_rps) AS goodput_lost_rps, CAST(sum(spike_count) AS BIGINT) AS spike_count,
+       _fleet_sum(goodput_rps) AS goodput_rps, _fleet_sum(goodput_counterfactual_rps) AS goodput_counterfactual_rps,
+       _fleet_sum(goodput_lost_rps) AS goodput_lost_rps, CAST(sum(spike_count) AS BIGINT) AS spike_count,
        max(worst_gap_ns) AS worst_gap_ns
 FROM fleet_pool_windows
 GROUP BY "window"
