@@ -23,7 +23,7 @@ def has_metrics(con) -> bool:
 
 def window_width_ns(con) -> int:
     """0 (the scrape windows) when there are at most MAX_WINDOWS of them, else the width that makes MAX_WINDOWS."""
-    n, lo, hi = con.execute("SELECT count(DISTINCT end_ns), min(start_ns), max(end_ns) FROM _metric_deltas "
+    n, lo, hi = con.execute("SELECT count(DISTINCT end_ns), min(start_ns), max(end_ns) FROM metric_deltas "
                             "WHERE kind <> 'gauge'").fetchall()[0]
     if not n or n <= MAX_WINDOWS:
         return 0
@@ -34,7 +34,7 @@ def summary(con) -> dict | None:
     """The `"metrics"` object (docs/analysis-json.md), or None when no serving metric is among the samples."""
     # Each view below reads the window deltas and the per-replica windows: computed once (the deltas' window function
     # over every sample is most of the cost), then read from temp tables.
-    sqlviews.materialise(con, ["_metric_deltas", "metric_windows"])
+    sqlviews.materialise(con, ["metric_deltas", "metric_windows"])
     con.execute("CREATE OR REPLACE TEMP TABLE _m_metric_goodput AS SELECT * FROM metric_goodput")
     g = con.execute("""
         SELECT min(start_ns), max(end_ns), sum(good_lo), sum(good_hi), sum(finished), count(*),

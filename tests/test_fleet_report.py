@@ -128,8 +128,12 @@ def test_pool_with_a_mis_set_budget_is_flagged(fleet):
     assert batch["shards_ok"] >= 1 and batch["predicted_gain_rps"] > 0
     recs = [r for r in _read(fleet["lake"], "recommendations") if r["pool"] == "batch" and r["status"] == "ok"]
     assert batch["recommended_budget_tokens"] in {r["recommended_budget_tokens"] for r in recs}
-    legacy = budgets["legacy"]  # no traced replica: no recommendation, so no verdict
-    assert legacy["shards_ok"] == 0 and legacy["differs"] is None
+    # No traced replica in the legacy pool: its shards are answered all the same, from the benchmark's token
+    # stream and the server log's budget (steps rebuilt from the chunk arrivals), so the pool gets a verdict.
+    legacy = budgets["legacy"]
+    legacy_recs = [r for r in _read(fleet["lake"], "recommendations") if r["pool"] == "legacy" and r["status"] == "ok"]
+    assert legacy["shards_ok"] == len(legacy_recs) >= 1 and legacy["differs"] is not None
+    assert all(r["recommended_budget_tokens"] is not None or r["setting"] for r in legacy_recs)
     md = fleet["rep"].files["report.md"].read_text()
     assert re.search(r"^\| batch \| change \| 8,192 \|", md, re.M)
 

@@ -35,7 +35,7 @@ def recommend(con, slo: dict) -> dict:
     if target is None:
         missing.append("a per-token SLO: give --slo with itl (or tpot), the step time a budget must fit")
     if not len(rows):
-        have = {r[0] for r in con.execute("SELECT DISTINCT concept FROM _metric_deltas").fetchall()}
+        have = {r[0] for r in con.execute("SELECT DISTINCT concept FROM metric_deltas").fetchall()}
         for concept, name in (("step_tokens", "vllm:iteration_tokens_total (tokens per engine step)"),
                               ("itl", "vllm:inter_token_latency_seconds (its _sum and _count)")):
             if concept not in have:

@@ -8,7 +8,7 @@
 -- bounds [max(0, A + B - N), min(A, B)] (A meeting TTFT, B meeting TPOT); TTFT is observed at the first token and
 -- TPOT at the finish, so over short windows A and B cover different requests and N is the larger of the two
 -- populations (which keeps lo <= hi): per-window bounds are indicative, the whole range's (`metric_goodput`) sound.
--- @depends _metric_deltas
+-- @depends metric_deltas
 -- @param width_ns     BIGINT  Window length, ns; 0 for the scrape windows.
 -- @param per_replica  BOOLEAN Keep replicas apart (else source_id and replica are NULL).
 -- @column source_id               INTEGER  Source (NULL when merged).
@@ -51,10 +51,10 @@
 CREATE OR REPLACE TEMP MACRO _metric_window_stats(width_ns := 0, per_replica := true) AS TABLE
 WITH d AS (
     SELECT CASE WHEN per_replica THEN source_id END AS source_id, CASE WHEN per_replica THEN replica END AS replica,
-           CASE WHEN width_ns > 0 THEN (end_ns - (SELECT min(start_ns) FROM _metric_deltas)) // width_ns
+           CASE WHEN width_ns > 0 THEN (end_ns - (SELECT min(start_ns) FROM metric_deltas)) // width_ns
                 ELSE end_ns END AS slot,
            concept, part, le, start_ns, end_ns, delta, reset
-    FROM _metric_deltas WHERE kind <> 'gauge'),
+    FROM metric_deltas WHERE kind <> 'gauge'),
 bk AS (
     SELECT source_id, replica, slot, concept, le, sum(delta) AS cum FROM d WHERE part = 'bucket' GROUP BY ALL),
 hl AS (

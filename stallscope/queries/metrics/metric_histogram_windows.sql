@@ -3,7 +3,7 @@
 -- `les[i]`; the last edge is +Inf so its count is every observation), the window's observation count and sum.
 -- Series of one replica that differ only in other labels (`model_name`) are added. A window whose buckets are not
 -- monotone (a restart seen by some buckets only) is kept; its quantiles are then estimates of a mixed window.
--- @depends _metric_deltas
+-- @depends metric_deltas
 -- @column source_id  INTEGER   Source of the samples.
 -- @column replica    VARCHAR   `instance/engine/dp_rank` labels.
 -- @column concept    VARCHAR   `ttft`, `itl`, `tpot`, `e2e`, `queue` or `step_tokens`.
@@ -17,7 +17,7 @@
 CREATE OR REPLACE TEMP VIEW metric_histogram_windows AS
 WITH b AS (
     SELECT source_id, replica, concept, start_ns, end_ns, le, sum(delta) AS cum, bool_or(reset) AS reset
-    FROM _metric_deltas WHERE kind = 'histogram' AND part = 'bucket'
+    FROM metric_deltas WHERE kind = 'histogram' AND part = 'bucket'
     GROUP BY ALL),
 h AS (
     SELECT source_id, replica, concept, start_ns, end_ns, list(le ORDER BY le) AS les, list(cum ORDER BY le) AS cums,
@@ -27,7 +27,7 @@ sc AS (
     SELECT source_id, replica, concept, start_ns, end_ns,
            sum(delta) FILTER (WHERE part = 'sum') AS sum, sum(delta) FILTER (WHERE part = 'count') AS count,
            bool_or(reset) AS resets
-    FROM _metric_deltas WHERE kind = 'histogram' AND part IN ('sum', 'count')
+    FROM metric_deltas WHERE kind = 'histogram' AND part IN ('sum', 'count')
     GROUP BY ALL)
 SELECT h.source_id, h.replica, h.concept, h.start_ns, h.end_ns, h.les, h.cums,
        coalesce(sc.count, h.cums[len(h.cums)]) AS count, sc.sum, h.resets OR coalesce(sc.resets, false) AS resets

@@ -11,7 +11,7 @@
 -- forwards in between, none when the scheduler had prefill work waiting: `queued_reqs > 0`, or this batch left a
 -- chunked request, which the next prefill batch continues). stallscope/recommend/observe.py turns these rows into
 -- step observations (`sglang_observations`).
--- @column source_id        INTEGER  The log.
+-- @column source_id        INTEGER  The SGLang log the line is from (`sources.source_id`).
 -- @column sched            VARCHAR  The scheduler: process prefix and rank tags (one batch-line stream each).
 -- @column line_no          BIGINT   Line of the record.
 -- @column kind             VARCHAR  `prefill`, `decode` or `mixed` (0.2.x mixed-chunk prefill lines).

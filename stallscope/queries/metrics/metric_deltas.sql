@@ -15,7 +15,7 @@
 -- @column end_ns     BIGINT   This sample, ns since Unix epoch, UTC.
 -- @column delta      DOUBLE   Increase over the window (reset-aware); for gauges the value at end_ns.
 -- @column reset      BOOLEAN  The cumulative value fell: a restart inside the window.
-CREATE OR REPLACE TEMP VIEW _metric_deltas AS
+CREATE OR REPLACE TEMP VIEW metric_deltas AS
 WITH m AS (SELECT DISTINCT metric FROM metric_samples WHERE metric IS NOT NULL),
 mapped AS (
     SELECT m.metric, n.concept, n.kind, regexp_extract(m.metric, '_(bucket|sum|count)$', 1) AS part
