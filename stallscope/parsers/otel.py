@@ -16,10 +16,31 @@ from __future__ import annotations
 
 import polars as pl
 
+import re
+
 from .base import InputFile, ParseContext, Parser
 from .lines import frame_lines
+from .patterns import Pattern, Sample
 
-__all__ = ["PARSER", "sniff"]
+__all__ = ["PARSER", "PATTERNS", "sniff"]
+
+# No public file of vLLM's spans through the Collector is known: the samples are built from the OTLP/JSON
+# specification (opentelemetry-proto, ExportTraceServiceRequest as JSON) and vLLM's vllm/tracing.py attributes.
+# Specification: https://github.com/open-telemetry/opentelemetry-proto/blob/main/docs/specification.md#json-protobuf-encoding
+REQUEST_LINE = Pattern(
+    "request_line", r'^\s*\{\s*"resourceSpans"\s*:\s*\[',
+    (Sample('{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"vllm"}}]},'
+            '"scopeSpans":[{"scope":{"name":"vllm.llm_engine"},"spans":[{"traceId":"5b8efff798038103d269b633813fc60c",'
+            '"spanId":"eee19b7ec3c1b174","name":"llm_request","kind":2,"startTimeUnixNano":"1733871000123456789",'
+            '"endTimeUnixNano":"1733871003478000000","attributes":[{"key":"gen_ai.latency.time_to_first_token",'
+            '"value":{"doubleValue":0.153}}]}]}]}]}', {}),),
+    "One ExportTraceServiceRequest per line, as the Collector's file exporter writes it.")
+LLM_REQUEST = Pattern(
+    "llm_request_span", r'"name"\s*:\s*"(?P<name>llm_request)"',
+    (Sample('"spanId":"eee19b7ec3c1b174","name":"llm_request","kind":2', {"name": "llm_request"}),),
+    "vLLM's per-request span (vllm/tracing.py); other spans are counted as skipped.")
+PATTERNS = [REQUEST_LINE, LLM_REQUEST]
+_REQUEST_LINE_RX = re.compile(REQUEST_LINE.regex.encode())
 
 _SHAPE = ('{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "VARCHAR", "spanId": "VARCHAR", '
           '"name": "VARCHAR", "startTimeUnixNano": "VARCHAR", "endTimeUnixNano": "VARCHAR", '
@@ -30,7 +51,7 @@ _LAT = "gen_ai.latency."
 
 def sniff(head: bytes) -> tuple[str, float] | None:
     h = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if h[:1] == b"{" and b'"resourceSpans"' in h[:4096] and b'"spans"' in h:
+    if _REQUEST_LINE_RX.match(h[:4096]) and b'"spans"' in h:
         return "otlp_json_traces", 0.95
     return None
 
