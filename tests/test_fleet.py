@@ -185,10 +185,12 @@ def test_lake_tables_carry_the_shard_details(local_lake, fleet):
     rec = con.sql(f"SELECT shard_id, status, current_budget_tokens, setting "
                   f"FROM {_scan(local_lake, 'recommendations')}").fetchall()
     ok = {r[0]: r for r in rec if r[1] == "ok"}
-    assert set(ok) == {"chat~r000~20250401T160000Z", "batch~r001~20250401T160000Z"}
+    # The traced shards are answered from their traces; the untraced ones (since issue 21) from the benchmark's
+    # token stream and the server log's budget, so more than the traced shards carry a recommendation.
+    assert {"chat~r000~20250401T160000Z", "batch~r001~20250401T160000Z"} < set(ok)
     assert ok["chat~r000~20250401T160000Z"][2] == 512 and ok["batch~r001~20250401T160000Z"][2] == 8192
-    assert all(r[3].startswith("--max-num-batched-tokens") for r in ok.values())
-    assert {r[1] for r in rec if r[0] not in ok} == {"insufficient"}
+    assert all(r[3].startswith(("--max-num-batched-tokens", "--enable-chunked-prefill")) for r in ok.values())
+    assert {r[1] for r in rec if r[0] not in ok} <= {"insufficient"}
 
 
 @pytest.mark.fleet
