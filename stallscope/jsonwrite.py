@@ -9,7 +9,8 @@ of its keys. Anything not of that shape goes through the json module as before, 
 from __future__ import annotations
 
 import json
-from itertools import islice
+import math
+from operator import itemgetter
 from json.encoder import encode_basestring_ascii as _esc
 
 _INF = float("inf")
@@ -48,6 +49,8 @@ def _render_scalars(col: list) -> list[str]:
         return [_esc(x) if x is not None else "null" for x in col]
     if kinds <= {int, type(None)}:
         return [int.__repr__(x) if x is not None else "null" for x in col]
+    if kinds == {float} and all(map(math.isfinite, col)):
+        return list(map(float.__repr__, col))
     if kinds <= {float, type(None)}:
         r = float.__repr__
         return [r(x) if x is not None and x - x == 0 else _scalar(x) for x in col]
@@ -64,8 +67,7 @@ def _render_records(recs: list, depth: int) -> list[str] | None:
         return None
     inner = "\n" + " " * (depth + 1)
     cols = []
-    for k in keys:
-        col = [r[k] for r in recs]
+    for k, col in zip(keys, zip(*map(itemgetter(*keys), recs)) if len(keys) > 1 else [[r[keys[0]] for r in recs]]):
         kinds = set(map(type, col))
         if kinds <= set(_SCALARS):
             cols.append(_render_scalars(col))
@@ -152,5 +154,13 @@ def write(doc: dict, f) -> None:
 
 
 def _write_chunks(chunks, f) -> None:
-    while batch := "".join(islice(chunks, 1 << 12)):
-        f.write(batch)
+    # Small chunks (the json module's, a few bytes each) are joined into ~1 MB writes; a batch of records is
+    # one big chunk, written as it comes.
+    buf, size = [], 0
+    for c in chunks:
+        buf.append(c)
+        size += len(c)
+        if size >= 1 << 20:
+            f.write("".join(buf))
+            buf, size = [], 0
+    f.write("".join(buf))
