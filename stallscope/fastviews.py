@@ -112,22 +112,28 @@ def client_gap_median(con, table: str) -> bool:
     n, known, big = con.execute("SELECT count(*), count(gap_ns), max(abs(gap_ns)) FROM client_gaps").fetchall()[0]
     if w is None or known != n or (big or 0) >= 2**52:
         return False
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE {table}_in AS
-        SELECT source_id, run_line, request_id, gap_index, end_ns, gap_ns,
-               dense_rank() OVER (ORDER BY source_id, run_line) AS part
-        FROM client_gaps ORDER BY source_id, run_line, end_ns""")
-    d = con.execute(f"SELECT part, end_ns, gap_ns FROM {table}_in").fetchnumpy()
-    med = window_median(np.asarray(d["part"]), np.asarray(d["end_ns"]), np.asarray(d["gap_ns"]), w)
+    # Only the four numeric columns leave DuckDB (in the gaps' own order), are sorted in numpy, and the medians
+    # go back in that same order, joined by position: no sorted copy of the gaps with their text request ids.
+    d = con.execute("SELECT source_id, run_line, end_ns, gap_ns FROM client_gaps").fetchnumpy()
+    src, run, t, v = (np.asarray(d[c]) for c in ("source_id", "run_line", "end_ns", "gap_ns"))
+    del d
+    order = np.lexsort((t, run, src))
+    src, run = src[order], run[order]
+    part = np.cumsum(np.r_[False, (src[1:] != src[:-1]) | (run[1:] != run[:-1])]) if len(order) else src
+    del src, run
+    med = np.empty(len(order), np.float64)
+    med[order] = window_median(part, t[order], v[order], w)
+    del part, t, v, order
     import pyarrow as pa
 
     con.register(f"{table}_arrow", pa.table({"med_ns": med}))
     try:
         con.execute(f"""CREATE OR REPLACE TEMP TABLE {table} AS
-            SELECT i.source_id, i.run_line, i.request_id, i.gap_index, i.end_ns, m.med_ns
-            FROM {table}_in i POSITIONAL JOIN {table}_arrow m""")
+            SELECT g.source_id, g.run_line, g.request_id, g.gap_index, g.end_ns, m.med_ns
+            FROM (SELECT source_id, run_line, request_id, gap_index, end_ns FROM client_gaps) g
+            POSITIONAL JOIN {table}_arrow m""")
     finally:
         con.unregister(f"{table}_arrow")
-        con.execute(f"DROP TABLE IF EXISTS {table}_in")
     return True
 
 

@@ -63,11 +63,13 @@ def _render_records(recs: list, depth: int) -> list[str] | None:
     if not recs or type(recs[0]) is not dict or not recs[0]:
         return None
     keys = tuple(recs[0])
-    if not all(type(k) is str for k in keys) or any(type(r) is not dict or tuple(r) != keys for r in recs):
+    if not all(type(k) is str for k in keys) or set(map(type, recs)) != {dict} \
+            or not all(map(keys.__eq__, map(tuple, recs))):
         return None
     inner = "\n" + " " * (depth + 1)
     cols = []
-    for k, col in zip(keys, zip(*map(itemgetter(*keys), recs)) if len(keys) > 1 else [[r[keys[0]] for r in recs]]):
+    for k in keys:
+        col = list(map(itemgetter(k), recs))
         kinds = set(map(type, col))
         if kinds <= set(_SCALARS):
             cols.append(_render_scalars(col))
