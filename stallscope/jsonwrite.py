@@ -166,3 +166,31 @@ def _write_chunks(chunks, f) -> None:
             f.write("".join(buf))
             buf, size = [], 0
     f.write("".join(buf))
+
+
+_ORJSON_MARK = "@@stallscope-batched-records-8c1e@@"
+
+
+def orjson_bytes(doc: dict, key: str = "spikes"):
+    """Chunks of orjson.dumps(doc, option=OPT_INDENT_2 | OPT_APPEND_NEWLINE), byte for byte, with doc[key] (a long
+    list) dumped BATCH items at a time: an hour's spikes as one bytes object is ~600 MB on top of the dicts.
+    A batch dumped alone is re-indented one level deeper: orjson escapes newlines inside strings, so every raw
+    newline in its output is layout."""
+    import orjson
+
+    opt = orjson.OPT_INDENT_2
+    v = doc.get(key)
+    if type(v) is not list or len(v) <= BATCH:
+        yield orjson.dumps(doc, option=opt | orjson.OPT_APPEND_NEWLINE)
+        return
+    head = orjson.dumps({**doc, key: _ORJSON_MARK}, option=opt | orjson.OPT_APPEND_NEWLINE)
+    mark = orjson.dumps(_ORJSON_MARK)
+    if head.count(mark) != 1:
+        yield orjson.dumps(doc, option=opt | orjson.OPT_APPEND_NEWLINE)
+        return
+    before, after = head.split(mark)
+    yield before + b"["
+    for i in range(0, len(v), BATCH):
+        text = orjson.dumps(v[i:i + BATCH], option=opt).replace(b"\n", b"\n  ")
+        yield (b"," if i else b"") + text[1:-4]        # without its own "[" and "\n  ]"
+    yield b"\n  ]" + after

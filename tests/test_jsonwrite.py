@@ -57,3 +57,15 @@ def test_batches_join_exactly(monkeypatch):
     monkeypatch.setattr(jsonwrite, "BATCH", 4)
     doc = _doc([_spike(i) for i in range(23)])
     assert _written(doc) == json.dumps(doc, indent=1)
+
+
+@pytest.mark.parametrize("n", [0, 5, 23, 24])
+def test_orjson_batches_are_the_same_bytes(monkeypatch, n):
+    import orjson
+
+    monkeypatch.setattr(jsonwrite, "BATCH", 4)
+    spikes = [{k: v for k, v in _spike(i).items() if not k.startswith("odd")} for i in range(n)]  # 2**70: no
+    doc = _doc(spikes)
+    doc["recommendation"] = {"setting": "x\ny", "nested": [{"a": [1, 2]}]}
+    want = orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE)
+    assert b"".join(jsonwrite.orjson_bytes(doc)) == want
