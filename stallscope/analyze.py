@@ -19,6 +19,10 @@ SCHEMA = "stallscope.analysis/1"
 _MATERIALISE = ("step_phase", "client_gaps", "client_gap_median", "gap_baseline", "spikes", "spike_prefill", "spike_steps",
                 "prefill_parts", "request_prefill_windows", "spike_prefill_window_pairs", "spike_attribution", "spike_culprits",
                 "request_metrics", "request_counterfactual")
+# Materialised views read by one later view alone, freed once that one is materialised (reader -> views): the
+# window medians and baselines of a 9.1M-gap hour are ~0.5 GB each that nothing reads after `spikes`. Their views
+# stay queryable (computed anew, slowly, when read).
+_RELEASE_AFTER = {"gap_baseline": ("client_gap_median",), "spikes": ("gap_baseline",)}
 
 
 @dataclass
@@ -68,6 +72,8 @@ def prepare(con, opts: Options) -> None:
         if opts.progress:
             opts.progress(name)
         sqlviews.materialise(con, [name])
+        for done in _RELEASE_AFTER.get(name, ()):
+            sqlviews.release(con, done)
 
 
 def analyze(con, opts: Options | None = None) -> dict:

@@ -1,7 +1,6 @@
 """The `stallscope analyze` command: from a store (or input files) to the stall report and its JSON."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -67,17 +66,14 @@ def analyze_cmd(
 
 
 def write_json(doc: dict, path: Path) -> None:
-    """json.dumps(doc, indent=1) + newline, written in batches of chunks (an hour's analysis is ~500 MB of JSON,
-    which as one string, and the list it is joined from, would double the command's peak memory) to a temporary
-    file renamed into place: whole or not at all, never a cut file."""
-    from itertools import islice
-
+    """json.dumps(doc, indent=1) + newline, streamed (an hour's analysis is ~500 MB of JSON, which as one string
+    would double the command's peak memory; stallscope.jsonwrite renders the spikes by column, byte-identical)
+    to a temporary file renamed into place: whole or not at all, never a cut file."""
+    from . import jsonwrite
     from .outputs import atomic_file
 
-    chunks = json.JSONEncoder(indent=1).iterencode(doc)
     with atomic_file(path) as part, part.open("w") as f:
-        while batch := "".join(islice(chunks, 1 << 16)):
-            f.write(batch)
+        jsonwrite.write(doc, f)
         f.write("\n")
 
 

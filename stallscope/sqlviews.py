@@ -205,3 +205,10 @@ def materialise(con, names) -> None:
         if not (name in FAST and FAST[name](con, f"_m_{name}")):
             con.execute(f"CREATE OR REPLACE TEMP TABLE _m_{name} AS SELECT * FROM {name}")
         con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM _m_{name}")
+
+
+def release(con, name: str) -> None:
+    """Free a materialised view's rows once everything that reads it has been materialised: the view is its own
+    SQL again (still queryable, computed anew when read)."""
+    con.execute(all_queries()[name].sql)
+    con.execute(f"DROP TABLE IF EXISTS _m_{name}")

@@ -112,3 +112,15 @@ def test_stalled_decodes_count_the_requests_decoding_throughout(sim_store):
         SELECT count(*), count(*) FILTER (WHERE coalesce(a.stalled_decodes, 0) <> p.n), max(p.n)
         FROM plain p JOIN spike_attribution a USING (spike_id)""").fetchall()[0]
     assert bad[0] > 20 and bad[1] == 0 and bad[2] > 1, bad
+
+
+def test_the_window_medians_are_freed_once_the_baselines_hold_them(sim_store):
+    """After an analysis nothing holds the 9M-row median table of an hour, and the view still answers."""
+    from stallscope import analyze
+
+    con = sim_store.con
+    analyze.prepare(con, analyze.Options(report_views=False))
+    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall()}
+    assert "_m_spikes" in tables and not {"_m_client_gap_median", "_m_gap_baseline"} & tables
+    n = con.execute("SELECT count(*) FROM client_gaps").fetchall()[0][0]
+    assert n > 1000 and con.execute("SELECT count(*) FROM client_gap_median").fetchall()[0][0] == n

@@ -348,3 +348,20 @@ def test_report_renders_nan_and_negative_values_from_the_store(tmp_path):
     assert "Goodput** - req/s" in md
     for f in FIGURES:
         assert rep.files[f].read_bytes()[:8] == PNG
+
+
+def test_timeline_thins_many_spikes_to_one_mark_per_cell(unchunked, monkeypatch):
+    """Above SAMPLE_POINTS spikes each occupied time x gap cell is marked once, at a real spike: its largest."""
+    s, a = unchunked
+    monkeypatch.setattr(F, "SAMPLE_POINTS", 10)
+    fig = F.timeline(s, a)
+    marks = _gid(fig, "spikes")
+    plotted = np.asarray(marks.get_offsets())
+    t0 = a["window"]["start_ns"]
+    every = {(round((sp["end_ns"] - t0) / 1e9, 6), round(sp["gap_ms"], 6)) for sp in a["spikes"]}
+    assert 0 < len(plotted) < len(a["spikes"])
+    assert {(round(x, 6), round(y, 6)) for x, y in plotted} <= every
+    assert plotted[:, 1].max() == pytest.approx(max(sp["gap_ms"] for sp in a["spikes"]))
+    assert f"spikes ({len(a['spikes']):,};" in marks.get_label()
+    cells = s.con.execute("SELECT count(*), sum(spikes) FROM report_spike_marks()").fetchall()[0]
+    assert cells == (len(plotted), len(a["spikes"]))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 
+from ..jsonwrite import orjson_bytes
 from ..outputs import atomic_dir
 from . import figures as F
 from .page import Bullets, Heading, Image, Para, Table, _ticks, clip, num, pct, to_html, utc, to_markdown
@@ -68,7 +69,10 @@ def build(store, analysis: dict, out_dir: str | Path, *, include_prompts: bool =
         rep.blocks = blocks
         # orjson writes NaN and infinities (hostile inputs) as null: the file stays strict JSON, and it is fast on
         # analyses with 10^5 spikes.
-        (tmp / "analysis.json").write_bytes(orjson.dumps(analysis, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+        # The spikes are dumped a batch at a time (stallscope.jsonwrite.orjson_bytes, the same bytes).
+        with (tmp / "analysis.json").open("wb") as f:
+            for chunk in orjson_bytes(analysis):
+                f.write(chunk)
         rep.files["analysis.json"] = out / "analysis.json"
         (tmp / "report.md").write_text(to_markdown(blocks), encoding="utf-8")
         rep.files["report.md"] = out / "report.md"

@@ -31,7 +31,8 @@ VERDICT_LABELS = {"good": "good", "ttft": "missed TTFT", "tpot": "missed mean TP
 ABOUT = {
     "timeline": ("Decode gaps over time: every streamed-chunk gap (view `client_gaps`; a 2-D density from "
                  "`report_gap_density` when there are more than {max_points:,}) and the traced engine step gaps "
-                 "(`step_gaps`), with the analysis's spikes marked (`spikes`); below, "
+                 "(`step_gaps`), with the analysis's spikes marked (`spikes`; above {sample_points:,}, the largest of each time x gap cell, "
+                 "`report_spike_marks`); below, "
                  " the prefill tokens per traced step (`report_steps`, tokens from the step annotation "
                  "or as assigned to requests by `prefill_parts`), or the inferred prefill windows of each request "
                  "(`request_prefill_windows`) when no trace covers the run."),
@@ -175,9 +176,15 @@ def timeline(store, analysis: dict | None = None) -> Figure:
         drawn = True
     if not drawn:
         return _unavailable(title, "no decode gaps in the store", "time (s)", "gap (ms)")
-    sp = _arrays(con, "SELECT end_ns, gap_ns / 1e6 AS gap_ms FROM spikes ORDER BY end_ns, spike_id")
+    n_spikes = con.execute("SELECT count(*) FROM spikes").fetchall()[0][0]
+    if n_spikes <= SAMPLE_POINTS:
+        sp = _arrays(con, "SELECT end_ns, gap_ns / 1e6 AS gap_ms FROM spikes ORDER BY end_ns, spike_id")
+        spike_label = f"spikes ({n_spikes:,})"
+    else:   # an hour's ~4x10^5 markers cost seconds to draw and overlap into a band: one per occupied cell
+        sp = _arrays(con, "SELECT end_ns, gap_ms FROM report_spike_marks()")
+        spike_label = f"spikes ({n_spikes:,}; the largest of each time x gap cell)"
     ax.scatter((sp["end_ns"] - t0) / 1e9, sp["gap_ms"], marker="x", s=28, c="#d62728", linewidths=1.2,
-               label=f"spikes ({sp['end_ns'].size:,})", zorder=5, gid="spikes")
+               label=spike_label, zorder=5, gid="spikes")
     itl = _slo(analysis, "itl_ms")
     if itl:
         ax.axhline(itl, ls="--", lw=1, color="#d62728", alpha=0.7, label=f"ITL SLO {itl:g} ms")
