@@ -16,6 +16,10 @@ from stallscope.recommend import Options, log_workload, recommend, replay
 from stallscope.simulate import artifacts
 from stallscope.simulate.runner import RunSpec, execute
 
+# Truth tests of a recommendation path (the true engine re-run at budgets): the whole suite (make test) runs them,
+# the everyday tier does not.
+pytestmark = pytest.mark.slow
+
 SPEC = dict(duration_s=60, rate=2.5, prompt_len="2500:0.5", output_len="128:0.4", seed=2, iteration_log=True)
 
 

@@ -13,6 +13,10 @@ from stallscope.recommend import Options, recommend
 from stallscope.simulate import emit_metrics
 from stallscope.simulate.runner import RunSpec, execute
 
+# Truth tests of a recommendation path (the true engine re-run at budgets): the whole suite (make test) runs them,
+# the everyday tier does not.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def metrics_store(tmp_path_factory):
