@@ -67,3 +67,14 @@ def same_tables(a: dict, b: dict) -> None:
     import polars as pl
     for k, v in a.items():
         assert (v.equals(b[k]) if isinstance(v, pl.DataFrame) else v == b[k]), k
+
+
+def true_goodput(run, slo: dict, policy: str = "chunked") -> dict:
+    """Goodput at every budget of the replay grid on the engine a simulated run really had (its preset, its
+    workload): the exhaustive sweep a recommendation is scored against."""
+    from stallscope.recommend import replay
+
+    sem = replay.Semantics(policy, max_num_seqs=run.spec.max_num_seqs,
+                           kv_cache_tokens=run.sim.config.kv_capacity(run.preset))
+    return {x.chunk_tokens: x.goodput_rps for x in
+            replay.sweep([run.preset], sem, run.workload, slo, replay.grid(sem, run.workload), seed=5)}

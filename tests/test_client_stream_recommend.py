@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import true_goodput
 import stallscope
 from stallscope.analyze import parse_slo
 from stallscope.recommend import Options, client_stream, recommend, replay
@@ -37,13 +38,6 @@ def incident(tmp_path_factory):
     return run, files, s
 
 
-def _true_goodput(run, slo: dict) -> dict:
-    sem = replay.Semantics("chunked", max_num_seqs=run.spec.max_num_seqs,
-                           kv_cache_tokens=run.sim.config.kv_capacity(run.preset))
-    return {x.chunk_tokens: x.goodput_rps for x in
-            replay.sweep([run.preset], sem, run.workload, slo, replay.grid(sem, run.workload), seed=5)}
-
-
 @pytest.mark.parametrize("text", ["ttft=5s,itl=80ms", "ttft=400ms,itl=1s", "tpot=40ms"])
 def test_budget_from_the_token_stream_holds_on_the_true_engine(incident, text):
     run, _, s = incident
@@ -55,7 +49,7 @@ def test_budget_from_the_token_stream_holds_on_the_true_engine(incident, text):
     q = rec["evidence_quality"]
     assert q["unambiguous_share"] > 0.95 and q["prefill_placement_exact_share"] > 0.9 and q["budget_used"] == 2048
     assert 0 < q["residual_mape"] < 0.1
-    true = _true_goodput(run, {k: v for k, v in slo.as_dict().items() if k in ("ttft_ms", "itl_ms", "tpot_ms")})
+    true = true_goodput(run, {k: v for k, v in slo.as_dict().items() if k in ("ttft_ms", "itl_ms", "tpot_ms")})
     best = max(true, key=true.get)
     assert true[rec["chunk_tokens"]] >= 0.9 * true[best], (text, rec["chunk_tokens"], true)
     lo, hi = rec["goodput_band_rps"]
@@ -66,7 +60,7 @@ def test_the_slos_ask_for_different_budgets(incident):
     run, _, _ = incident
     optima = set()
     for text in ("ttft=5s,itl=80ms", "ttft=400ms,itl=1s"):
-        true = _true_goodput(run, {k: v for k, v in parse_slo(text).as_dict().items() if k in ("ttft_ms", "itl_ms")})
+        true = true_goodput(run, {k: v for k, v in parse_slo(text).as_dict().items() if k in ("ttft_ms", "itl_ms")})
         optima.add(max(true, key=true.get))
     assert len(optima) == 2, optima
 
@@ -145,7 +139,7 @@ def test_network_jitter_of_a_millisecond_still_reads_as_steps(incident, tmp_path
     rec = _recommend_with_bench(files, b, tmp_path)
     q = rec["evidence_quality"]
     assert rec["evidence"] == "client_stream" and q["unambiguous_share"] > 0.95 and q["residual_mape"] < 0.06, q
-    true = _true_goodput(run, {"ttft_ms": 5000.0, "itl_ms": 80.0})
+    true = true_goodput(run, {"ttft_ms": 5000.0, "itl_ms": 80.0})
     assert true[rec["chunk_tokens"]] >= 0.9 * max(true.values()), (rec["chunk_tokens"], true)
 
 
@@ -172,7 +166,7 @@ def test_prefix_caching_from_the_logs_hit_rate(tmp_path):
     q = rec["evidence_quality"]
     assert rec["evidence"] == "client_stream" and q["cache_basis"].startswith("the server log's prefix-cache hit rate")
     assert q["residual_mape"] < 0.08, q
-    true = _true_goodput(run, {"ttft_ms": 400.0, "itl_ms": 1000.0})
+    true = true_goodput(run, {"ttft_ms": 400.0, "itl_ms": 1000.0})
     assert true[rec["chunk_tokens"]] >= 0.9 * max(true.values()), (rec["chunk_tokens"], true)
 
 

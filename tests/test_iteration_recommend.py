@@ -10,9 +10,10 @@ import json
 
 import pytest
 
+from helpers import true_goodput
 import stallscope
 from stallscope.analyze import parse_slo
-from stallscope.recommend import Options, recommend, replay
+from stallscope.recommend import Options, recommend
 from stallscope.simulate import artifacts
 from stallscope.simulate.runner import RunSpec, execute
 
@@ -29,13 +30,6 @@ def incident(tmp_path_factory):
     return run, artifacts.write_all(run, out, only=("vllm", "bench", "trace"))
 
 
-def _true_goodput(run, slo: dict) -> dict:
-    sem = replay.Semantics("chunked", max_num_seqs=run.spec.max_num_seqs,
-                           kv_cache_tokens=run.sim.config.kv_capacity(run.preset))
-    return {x.chunk_tokens: x.goodput_rps for x in
-            replay.sweep([run.preset], sem, run.workload, slo, replay.grid(sem, run.workload), seed=5)}
-
-
 def test_budget_from_iteration_lines_holds_on_the_true_engine(incident):
     run, files = incident
     s = stallscope.open(":memory:")
@@ -50,7 +44,7 @@ def test_budget_from_iteration_lines_holds_on_the_true_engine(incident):
         assert rec["evidence"] == "iteration_log" and rec["evidence_steps"] > 1000, rec.get("missing_evidence")
         assert rec["model"]["composition_basis"] == {"iteration_line": rec["model"]["composition_basis"][
             "iteration_line"]}
-        true = _true_goodput(run, {k: v for k, v in slo.as_dict().items() if k in ("ttft_ms", "itl_ms")})
+        true = true_goodput(run, {k: v for k, v in slo.as_dict().items() if k in ("ttft_ms", "itl_ms")})
         best = max(true, key=true.get)
         optima.add(best)
         assert true[rec["chunk_tokens"]] >= 0.95 * true[best], (text, rec["chunk_tokens"], true)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers import true_goodput
 import stallscope
 from stallscope.analyze import parse_slo
-from stallscope.recommend import Options, log_workload, recommend, replay
+from stallscope.recommend import Options, log_workload, recommend
 from stallscope.simulate import artifacts
 from stallscope.simulate.runner import RunSpec, execute
 
@@ -33,13 +34,6 @@ def incident(tmp_path_factory):
     return run, files, s
 
 
-def _true_goodput(run, slo: dict) -> dict:
-    sem = replay.Semantics("chunked", max_num_seqs=run.spec.max_num_seqs,
-                           kv_cache_tokens=run.sim.config.kv_capacity(run.preset))
-    return {x.chunk_tokens: x.goodput_rps for x in
-            replay.sweep([run.preset], sem, run.workload, slo, replay.grid(sem, run.workload), seed=5)}
-
-
 @pytest.mark.parametrize("text", ["ttft=5s,itl=80ms", "ttft=400ms,itl=1s", "tpot=40ms"])
 def test_budget_from_the_log_alone_holds_on_the_true_engine(incident, text):
     run, _, s = incident
@@ -52,7 +46,7 @@ def test_budget_from_the_log_alone_holds_on_the_true_engine(incident, text):
     assert wb["requests"] == len(run.workload) and wb["prompt_lengths"].startswith("Iteration lines, FCFS")
     assert wb["output_lengths"].startswith("max_tokens")
     assert any(n.startswith("workload from the server log alone") and "inferred" in n for n in rec["notes"])
-    true = _true_goodput(run, {k: v for k, v in slo.as_dict().items() if k in ("ttft_ms", "itl_ms", "tpot_ms")})
+    true = true_goodput(run, {k: v for k, v in slo.as_dict().items() if k in ("ttft_ms", "itl_ms", "tpot_ms")})
     best = max(true, key=true.get)
     assert true[rec["chunk_tokens"]] >= 0.9 * true[best], (text, rec["chunk_tokens"], true)
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from helpers import true_goodput
 import stallscope
 from stallscope.analyze import parse_slo
-from stallscope.recommend import Options, observe, recommend, replay
+from stallscope.recommend import Options, observe, recommend
 from stallscope.simulate import artifacts
 from stallscope.simulate.runner import RunSpec, execute
 
@@ -31,13 +32,6 @@ def incident(tmp_path_factory):
     return run, s
 
 
-def _true_goodput(run, slo: dict) -> dict:
-    sem = replay.Semantics("sglang", max_num_seqs=run.spec.max_num_seqs,
-                           kv_cache_tokens=run.sim.config.kv_capacity(run.preset))
-    return {x.chunk_tokens: x.goodput_rps for x in
-            replay.sweep([run.preset], sem, run.workload, slo, replay.grid(sem, run.workload), seed=5)}
-
-
 @pytest.mark.slow
 def test_budget_from_sglang_lines_holds_on_the_true_engine(incident):
     run, s = incident
@@ -49,7 +43,8 @@ def test_budget_from_sglang_lines_holds_on_the_true_engine(incident):
         rec = recommend(s.con, Options(slo=slo, replays=1))
         assert rec["evidence"] == "sglang_log" and rec["evidence_steps"] >= 80, rec.get("missing_evidence")
         assert rec["setting"].startswith("--chunked-prefill-size") or rec["chunk_tokens"] is None, rec["setting"]
-        true = _true_goodput(run, {k: v for k, v in slo.as_dict().items() if k in ("ttft_ms", "itl_ms", "tpot_ms")})
+        true = true_goodput(run, {k: v for k, v in slo.as_dict().items() if k in ("ttft_ms", "itl_ms", "tpot_ms")},
+                            "sglang")
         best = max(true, key=true.get)
         optima.add(best)
         assert true[rec["chunk_tokens"]] >= 0.9 * true[best], (text, rec["chunk_tokens"], true)
