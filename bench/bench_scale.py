@@ -38,6 +38,16 @@ print(con.sql('''
         GROUP BY g.source_id, g.request_id)''').fetchall())
 """
 
+LONG_SIM = r"""
+import sys
+from pathlib import Path
+from stallscope.simulate import artifacts
+from stallscope.simulate.runner import RunSpec, execute
+run = execute(RunSpec(rate=float(sys.argv[2]), duration_s=float(sys.argv[3]), prompt_len="256:0.6",
+                      output_len="128:0.5", incident="long-prompts", trace_layers=1, seed=int(sys.argv[4])))
+artifacts.write_all(run, Path(sys.argv[1]), only=("vllm", "bench"))
+"""
+
 # Per-view times: install the views, then materialise them in the analysis' order, each statement profiled.
 VIEWS = r"""
 import json, sys, time, duckdb
@@ -85,9 +95,14 @@ def make_store(ss: str, work: Path, minutes: float, a) -> Path:
     if not any((run / n).exists() for n in ("bench_serve.json", "bench_serve.json.gz")):
         run.mkdir(parents=True, exist_ok=True)
         print(f"simulating {a.rate:g} req/s for {dur} s into {run} ...", flush=True)
-        timed_child([ss, "simulate", "--out", str(run), "--rate", str(a.rate), "--duration", str(dur),
-                     "--prompt-len", "256:0.6", "--output-len", "128:0.5", "--incident", "long-prompts",
-                     "--trace-layers", "1", "--seed", str(a.seed)], "simulate")
+        if minutes <= 60:
+            timed_child([ss, "simulate", "--out", str(run), "--rate", str(a.rate), "--duration", str(dur),
+                         "--prompt-len", "256:0.6", "--output-len", "128:0.5", "--incident", "long-prompts",
+                         "--trace-layers", "1", "--seed", str(a.seed)], "simulate")
+        else:
+            # `stallscope simulate` also writes the trace and truth.json (an hour took 8.5 GB): only the benchmark
+            # file and the server log are ingested, so the same run is simulated in a child that writes those two.
+            timed_child([sys.executable, "-c", LONG_SIM, str(run), str(a.rate), str(dur), str(a.seed)], "simulate")
     if not db.exists():
         inputs = [p for p in sorted(run.iterdir()) if p.name.startswith(("bench_serve", "vllm_server"))]
         ing = timed_child([ss, "ingest", *map(str, inputs), "--db", str(db)], "ingest")
@@ -116,7 +131,7 @@ def measure(ss: str, db: Path, work: Path, a, memory_limit: str | None) -> dict:
         rows["report"] = timed_child([ss, "report", "--db", str(db), "--slo", a.slo, "--out", str(out / "report")],
                                      "report")
     views = json.loads(timed_child([sys.executable, "-c", VIEWS, str(db), a.slo], "views")["stdout"]
-                       .strip().splitlines()[-1]) if a.views else {}
+                       .strip().splitlines()[-1]) if a.views and not memory_limit else {}
     return {"gaps": gaps, "requests": reqs, "rows": rows, "views": views}
 
 

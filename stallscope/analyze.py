@@ -79,6 +79,13 @@ def prepare(con, opts: Options) -> None:
 def analyze(con, opts: Options | None = None) -> dict:
     opts = opts or Options()
     prepare(con, opts)
+    return summarise(con, opts)
+
+
+def summarise(con, opts: Options) -> dict:
+    """The `stallscope.analysis/1` object of a store `prepare` has made ready with these options. Apart from
+    `analyze`, for a caller that runs other work on the prepared views first (the report's recommendation): its
+    replays then run before the ~10^5 spike records exist, not beside them."""
     if opts.progress:
         opts.progress("goodput and spikes")
     runs = con.sql("SELECT r.*, s.path FROM goodput_runs r JOIN sources s USING (source_id) "

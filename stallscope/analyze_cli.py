@@ -31,12 +31,11 @@ def analyze_cmd(
         since: Optional[str] = typer.Option(None, "--since", help="Analyse only from this instant: ISO time (UTC "
                                                                   "unless it says) or an offset into the store (90s, 5m, 1h)."),
         until: Optional[str] = typer.Option(None, "--until", help="...and only up to this instant (same forms)."),
-        memory_limit: Optional[str] = typer.Option(None, "--memory-limit", help="DuckDB memory_limit (e.g. 2GB): "
-                                                                                "beyond it the analysis spills to disk."),
+        memory_limit: Optional[str] = typer.Option(None, "--memory-limit", help=cliopts.MEMORY_LIMIT_HELP),
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
     """Find decode-gap spikes, attribute them to prefill work, and measure goodput and what interference cost."""
-    from .analyze import Options, analyze, parse_slo
+    from .analyze import _MATERIALISE, Options, analyze, parse_slo
     from .ingest.stores import open_store
 
     opts = Options(slo=parse_slo(slo), attainment=attainment, spike_k=spike_k, report_views=False)
@@ -49,7 +48,7 @@ def analyze_cmd(
         crash_point("analyze.start")  # stallscope.faults: where fault tests crash or interrupt an analysis
         configure(store.con, memory_limit)
         opts.since_ns, opts.until_ns = time_range(store.con, since, until)
-        with stage_progress() as opts.progress:
+        with cliopts.stage_progress(len(_MATERIALISE) + 1) as opts.progress:
             result = analyze(store.con, opts)
         if recommend:
             from .recommend import Options as RecOptions, recommend as run_recommend
@@ -82,18 +81,11 @@ BIG_STORE_GAPS = 20_000_000
 
 
 def configure(con, memory_limit: str | None) -> None:
-    """DuckDB's memory_limit when asked for, spilling to a temp directory beside the system's temp files rather
-    than failing (a read-only store's default spill folder sits beside the store, which may not be writable)."""
-    import tempfile
+    """DuckDB's memory bound (stallscope.ingest.memory.analysis_memory), and a hint when the store is too big to
+    analyse at once."""
+    from .ingest.memory import analysis_memory
 
-    from .errors import StallscopeError
-
-    if memory_limit:
-        try:
-            con.execute(f"SET memory_limit = '{memory_limit.replace(chr(39), '')}'")
-        except Exception as e:  # noqa: BLE001 - DuckDB's parse error, as one line
-            raise StallscopeError(f"bad --memory-limit {memory_limit!r}: {str(e).splitlines()[0]}") from None
-        con.execute(f"SET temp_directory = '{Path(tempfile.gettempdir()) / 'stallscope-spill'}'")
+    analysis_memory(con, memory_limit)
     gaps = con.execute("SELECT count(*) FROM token_gaps").fetchall()[0][0]
     if gaps > BIG_STORE_GAPS:
         typer.echo(f"hint: {gaps:,} token gaps: analyse a time range at a time (--since/--until, e.g. --since 0m "
@@ -132,48 +124,6 @@ def _instant(text: str | None, start_ns: int | None) -> int | None:
     if t.tzinfo is None:
         t = t.replace(tzinfo=timezone.utc)
     return int(t.timestamp()) * 1_000_000_000 + t.microsecond * 1000
-
-
-class stage_progress:  # noqa: N801 - used as a context manager
-    """A transient rich progress line naming the analysis stage, shown on a terminal once an analysis has run for
-    a couple of seconds (short ones print nothing extra)."""
-
-    DELAY_S = 2.0
-
-    def __init__(self):
-        import sys
-        import time
-
-        self._t0 = time.monotonic()
-        self._clock = time.monotonic
-        self._tty = sys.stderr.isatty()
-        self._prog = None
-        self._task = None
-        self._done = 0
-
-    def __enter__(self):
-        return self.stage
-
-    def stage(self, name: str) -> None:
-        if not self._tty:
-            return
-        if self._prog is None and self._clock() - self._t0 >= self.DELAY_S:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            from .analyze import _MATERIALISE
-
-            self._prog = Progress(TextColumn("analysing: {task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeElapsedColumn(), console=Console(stderr=True), transient=True)
-            self._prog.start()
-            self._task = self._prog.add_task(name, total=len(_MATERIALISE) + 1, completed=self._done)
-        self._done += 1
-        if self._prog is not None:
-            self._prog.update(self._task, description=name, completed=self._done - 1)
-
-    def __exit__(self, *exc):
-        if self._prog is not None:
-            self._prog.stop()
-        return False
 
 
 def _fmt(v, digits=3):

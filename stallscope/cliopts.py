@@ -66,3 +66,51 @@ def slo(value: str | None) -> str | None:
         if num and float(num[1]) == 0:
             raise typer.BadParameter(f"{key}={m['v'].strip()}: an SLO must be above 0")
     return value
+
+
+MEMORY_LIMIT_HELP = ("DuckDB's memory_limit for the analysis (default 2GB; e.g. 512MB, 8GB, or none for DuckDB's own, "
+                     "80% of RAM): beyond it DuckDB spills to a temp folder.")
+
+
+class stage_progress:  # noqa: N801 - used as a context manager
+    """A transient rich progress line naming the stage (`total` stages; the context value is called with each
+    stage's name as it starts), shown on a terminal once the work has run for a couple of seconds (short work
+    prints nothing extra)."""
+
+    DELAY_S = 2.0
+
+    def __init__(self, total: int, verb: str = "analysing"):
+        import sys
+        import time
+
+        self._t0 = time.monotonic()
+        self._clock = time.monotonic
+        self._tty = sys.stderr.isatty()
+        self._prog = None
+        self._task = None
+        self._done = 0
+        self._total = total
+        self._verb = verb
+
+    def __enter__(self):
+        return self.stage
+
+    def stage(self, name: str) -> None:
+        if not self._tty:
+            return
+        if self._prog is None and self._clock() - self._t0 >= self.DELAY_S:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._prog = Progress(TextColumn(self._verb + ": {task.description}"), BarColumn(), MofNCompleteColumn(),
+                                  TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+            self._prog.start()
+            self._task = self._prog.add_task(name, total=self._total, completed=self._done)
+        self._done += 1
+        if self._prog is not None:
+            self._prog.update(self._task, description=name, completed=self._done - 1)
+
+    def __exit__(self, *exc):
+        if self._prog is not None:
+            self._prog.stop()
+        return False

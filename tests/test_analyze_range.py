@@ -58,3 +58,34 @@ def test_memory_limit_spills_instead_of_failing(db, tmp_path):
 def test_bad_range_or_limit_is_one_line(db, args, words):
     res = cli("analyze", "--db", db, *args)
     assert res.returncode != 0 and words in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_analysis_memory_bounds_duckdb_by_default_and_spills_into_a_folder_of_its_own(tmp_path):
+    import os
+
+    from stallscope.ingest.memory import analysis_memory
+
+    con = duckdb.connect(":memory:")
+    own = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    analysis_memory(con, "none")
+    assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == own
+    analysis_memory(con)
+    limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+    assert limit != own and limit.endswith(("GiB", "GB")) and 1.5 < float(limit.split()[0]) <= 2.0, limit
+    spill = con.execute("SELECT current_setting('temp_directory')").fetchone()[0]
+    other = duckdb.connect(":memory:")
+    analysis_memory(other, "64MB")
+    assert other.execute("SELECT current_setting('temp_directory')").fetchone()[0] != spill
+    # Beyond the limit DuckDB spills there rather than failing.
+    other.execute("CREATE TABLE t AS SELECT range AS a, (range % 977)::VARCHAR || 'padding-padding' AS s "
+                  "FROM range(3000000)")
+    assert other.execute("SELECT count(DISTINCT s), sum(a) FROM t").fetchone() == (977, 3000000 * 2999999 // 2)
+    assert os.path.isdir(other.execute("SELECT current_setting('temp_directory')").fetchone()[0])
+
+
+def test_report_and_recommend_take_the_memory_limit(db, tmp_path):
+    res = cli("report", "--db", db, "--slo", "ttft=2s,itl=200ms", "--memory-limit", "300MB", "--out", tmp_path / "r")
+    assert res.returncode == 0, res.stderr
+    assert json.loads((tmp_path / "r" / "analysis.json").read_text())["recommendation"]["setting"]
+    res = cli("recommend", "--db", db, "--slo", "ttft=2s,itl=200ms", "--memory-limit", "2XB")
+    assert res.returncode != 0 and "bad --memory-limit" in res.stderr and "Traceback" not in res.stderr

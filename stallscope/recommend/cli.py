@@ -31,11 +31,13 @@ def recommend_cmd(
                                     help="Replays per budget (the fitted model plus coefficient "
                                          "draws from its uncertainty)."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the recommendation object here."),
+        memory_limit: Optional[str] = typer.Option(None, "--memory-limit", help=cliopts.MEMORY_LIMIT_HELP),
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
     """Recommend the chunked-prefill budget and aggregated vs disaggregated serving for an SLO, from the incident."""
     from stallscope.analyze import parse_slo
     from stallscope.errors import StallscopeError
+    from stallscope.ingest.memory import analysis_memory
     from stallscope.ingest.stores import open_store
 
     from . import Options, check_slo, recommend
@@ -51,6 +53,7 @@ def recommend_cmd(
     opts = Options(slo=parsed, attainment=attainment, gpus=gpus, kv_link=kv_link, model_config=model_config,
                    replays=replays)
     with store:
+        analysis_memory(store.con, memory_limit)
         if out.is_terminal:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 

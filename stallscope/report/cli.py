@@ -40,22 +40,31 @@ def report_cmd(
         spike_k: float = typer.Option(3.0, "--spike-k", callback=cliopts.spike_k,
                                       help="A gap is a spike above k x the decode-only gap."),
         top: int = typer.Option(10, "--top", callback=cliopts.non_negative, help="Stall events and requests to list."),
+        memory_limit: Optional[str] = typer.Option(None, "--memory-limit", help=cliopts.MEMORY_LIMIT_HELP),
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
     """One incident report: terminal summary, report.md, a self-contained report.html, analysis.json, figures."""
-    from ..analyze import Options, analyze, parse_slo
+    from ..analyze import _MATERIALISE, Options, parse_slo, prepare, summarise
+    from ..ingest.memory import analysis_memory
     from .build import build
     from .terminal import summary
 
     opts = Options(slo=parse_slo(slo), attainment=attainment, spike_k=spike_k)
-    with _open_store(paths, db, year, tz) as store:
-        result = analyze(store.con, opts)
-        if recommend:
+    stages = len(_MATERIALISE) + 2 + recommend
+    with _open_store(paths, db, year, tz) as store, cliopts.stage_progress(stages, "reporting") as opts.progress:
+        analysis_memory(store.con, memory_limit)
+        prepare(store.con, opts)
+        rec = None
+        if recommend:  # before the analysis object: an hour's replays then run without its spike records in memory
             from ..recommend import Options as RecOptions, recommend_or_why
 
-            result["recommendation"] = recommend_or_why(store.con, RecOptions(slo=opts.slo, attainment=attainment,
-                                                                              prepared=True))
+            opts.progress("recommendation")
+            rec = recommend_or_why(store.con, RecOptions(slo=opts.slo, attainment=attainment, prepared=True))
+        result = summarise(store.con, opts)
+        if rec is not None:
+            result["recommendation"] = rec
         crash_point("report.build")  # stallscope.faults: where fault tests crash or interrupt a report
+        opts.progress("figures and page")
         rep = build(store, result, out, include_prompts=include_prompts, top=top)
     summary(rep)
 
@@ -78,6 +87,7 @@ def perfetto_cmd(
 
     opts = Options(slo=parse_slo(slo), spike_k=spike_k, report_views=False)  # the export reads no report_* view
     with _open_store(paths, db, year, tz) as store:
+        analysis_memory(store.con, memory_limit)
         prepare(store.con, opts)
         counts = export(store, out)
     total = sum(counts.values())
