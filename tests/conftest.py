@@ -41,8 +41,9 @@ def source_id(store, name_part: str) -> int:
 
 
 # The files whose tests run longest go first: `-n 2 --dist loadfile` hands files out in collection order, and a long
-# file started last leaves one worker alone at the end (the crash tests' 17 points alone are minutes of ingests).
-LONG_FILES = ("test_crash_ingest.py", "test_capture.py", "test_fleet.py", "test_report.py")
+# file started last leaves one worker alone at the end (the crash tests' 17 points alone are minutes of ingests, so
+# they are a file of their own, beside the incident's every-point test on the other worker).
+LONG_FILES = ("test_crash_samples.py", "test_crash_ingest.py", "test_capture.py", "test_fleet.py", "test_report.py")
 
 
 def pytest_collection_modifyitems(config, items):
