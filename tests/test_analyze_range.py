@@ -83,6 +83,7 @@ def test_analysis_memory_bounds_duckdb_by_default_and_spills_into_a_folder_of_it
     assert os.path.isdir(other.execute("SELECT current_setting('temp_directory')").fetchone()[0])
 
 
+@pytest.mark.slow  # a report with its recommendation: the whole suite's tier
 def test_report_and_recommend_take_the_memory_limit(db, tmp_path):
     res = cli("report", "--db", db, "--slo", "ttft=2s,itl=200ms", "--memory-limit", "300MB", "--out", tmp_path / "r")
     assert res.returncode == 0, res.stderr
