@@ -48,11 +48,13 @@ CAPTURE_FIT_ARGS ?= --duration 25 --policies chunked:256,unchunked
 capture-fit: dev
 	$(BIN)/python bench/bench_capture_fit.py $(CAPTURE_FIT_ARGS)
 
-# The whole test suite, on both cores (one file per worker at a time: module fixtures are built once). The report's browser test needs Debian's chromium: installed here when missing (as root,
+# The whole test suite, on both cores (one file per worker at a time: module fixtures are built once; files handed out
+# in tests/conftest.py's order, longest first: xdist's default reorders them by test count, which left the one-test
+# 17-point crash file to start last and run alone at the end). The report's browser test needs Debian's chromium: installed here when missing (as root,
 # else through sudo); when it cannot be had the browser test fails, it is never skipped.
 test: dev chromium
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # Everyday work: the suite without the tests marked slow or needing an extra (torch, Ray, chromium) or fuzzing
 # (pyproject.toml lists the markers); it still reads every parser's real samples, runs the analysis views and the CLI.
@@ -61,7 +63,7 @@ test: dev chromium
 FAST_TESTS ?= not (slow or capture or fleet or browser or fuzz)
 test-fast: $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[test]'
-	STALLSCOPE_ALLOW_NO_TORCH=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile -m "$(FAST_TESTS)"
+	STALLSCOPE_ALLOW_NO_TORCH=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "$(FAST_TESTS)"
 
 # The layers and the other import contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md).
 lint: dev

@@ -40,9 +40,10 @@ def source_id(store, name_part: str) -> int:
     return rows[0]
 
 
-# The files whose tests run longest go first: `-n 2 --dist loadfile` hands files out in collection order, and a long
-# file started last leaves one worker alone at the end (the crash tests' 17 points alone are minutes of ingests, so
-# they are a file of their own, beside the incident's every-point test on the other worker).
+# The files whose tests run longest go first: `-n 2 --dist loadfile --no-loadscope-reorder` (the Makefile) hands files
+# out in collection order, and a long file started last leaves one worker alone at the end (the crash tests' 17 points
+# alone are minutes of ingests, so they are a file of their own, beside the incident's every-point test on the other
+# worker). Without --no-loadscope-reorder xdist orders the files by test count and this order is lost.
 LONG_FILES = ("test_crash_samples.py", "test_crash_ingest.py", "test_capture.py", "test_fleet.py", "test_report.py")
 
 

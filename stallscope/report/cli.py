@@ -78,10 +78,12 @@ def perfetto_cmd(
                                           help="SLOs for the spike tracks, as for analyze."),
         spike_k: float = typer.Option(3.0, "--spike-k", callback=cliopts.spike_k,
                                       help="A gap is a spike above k x the decode-only gap."),
+        memory_limit: Optional[str] = typer.Option(None, "--memory-limit", help=cliopts.MEMORY_LIMIT_HELP),
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
     """Write Chrome-trace JSON for ui.perfetto.dev / chrome://tracing: kernels, CPU ops, steps, gap/spike/chunk tracks."""
     from ..analyze import Options, prepare
+    from ..ingest.memory import analysis_memory
     from ..slo import parse_slo
     from .perfetto import export
 
