@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from childtime import timed_child
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -35,21 +34,6 @@ ax.set_yscale("log")
 fig.savefig(sys.argv[2])
 print(len(d["gap_ns"]))
 """
-
-
-def timed(cmd: list[str], label: str) -> dict:
-    """Run one child and measure it alone: wall, CPU (user+sys) and peak RSS from wait4."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    out, err = p.stdout.read(), p.stderr.read()
-    rc = os.waitstatus_to_exitcode(status)
-    if rc != 0:
-        sys.stderr.write(f"{label} failed ({rc}):\n{err[-3000:]}\n")
-        raise SystemExit(2)
-    return {"label": label, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024,
-            "stdout": out}
 
 
 def main(argv=None) -> int:
@@ -72,13 +56,13 @@ def main(argv=None) -> int:
     if not (run / "bench_serve.json.gz").exists() and not (run / "bench_serve.json").exists():
         run.mkdir(parents=True, exist_ok=True)
         print(f"simulating {a.rate:g} req/s for {a.duration:g} s into {run} ...", flush=True)
-        timed([ss, "simulate", "--out", str(run), "--rate", str(a.rate), "--duration", str(a.duration),
+        timed_child([ss, "simulate", "--out", str(run), "--rate", str(a.rate), "--duration", str(a.duration),
                "--prompt-len", a.prompt_len, "--output-len", a.output_len, "--incident", "long-prompts",
                "--trace-layers", "1", "--seed", str(a.seed)], "simulate")
     if not db.exists():
         inputs = [p for p in sorted(run.iterdir())
                   if p.name.startswith(("bench_serve", "vllm_server")) or (a.with_trace and "trace" in p.name)]
-        ing = timed([ss, "ingest", *map(str, inputs), "--db", str(db)], "ingest")
+        ing = timed_child([ss, "ingest", *map(str, inputs), "--db", str(db)], "ingest")
         print(f"ingest (not timed below): {ing['wall_s']:.1f} s wall, {ing['cpu_s']:.1f} s CPU", flush=True)
     import duckdb
 
@@ -89,9 +73,9 @@ def main(argv=None) -> int:
     con.close()
     print(f"store: {n_req:,} client requests, {n_gaps:,} token gaps, {n_steps:,} traced steps")
     rows = [
-        timed([ss, "analyze", "--db", str(db), "--slo", a.slo, "--json", str(a.work / "analysis.json")], "analyze"),
-        timed([ss, "report", "--db", str(db), "--slo", a.slo, "--out", str(a.work / "report")], "report"),
-        timed([sys.executable, "-c", NAIVE, str(db), str(a.work / "naive.png")], "numpy + scatter of every gap"),
+        timed_child([ss, "analyze", "--db", str(db), "--slo", a.slo, "--json", str(a.work / "analysis.json")], "analyze"),
+        timed_child([ss, "report", "--db", str(db), "--slo", a.slo, "--out", str(a.work / "report")], "report"),
+        timed_child([sys.executable, "-c", NAIVE, str(db), str(a.work / "naive.png")], "numpy + scatter of every gap"),
     ]
     base = rows[0]
     print(f"\n{'':34}{'wall s':>9}{'CPU s':>9}{'peak RSS MB':>13}{'wall / analyze':>16}")

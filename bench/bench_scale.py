@@ -20,10 +20,10 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from childtime import timed_child
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -38,13 +38,15 @@ print(con.sql('''
         GROUP BY g.source_id, g.request_id)''').fetchall())
 """
 
+# The incident of every size (bench/bench_report.py's): RunSpec fields, which `stallscope simulate` takes as --options.
+INCIDENT = {"prompt_len": "256:0.6", "output_len": "128:0.5", "incident": "long-prompts", "trace_layers": 1}
+
 LONG_SIM = r"""
-import sys
+import json, sys
 from pathlib import Path
 from stallscope.simulate import artifacts
 from stallscope.simulate.runner import RunSpec, execute
-run = execute(RunSpec(rate=float(sys.argv[2]), duration_s=float(sys.argv[3]), prompt_len="256:0.6",
-                      output_len="128:0.5", incident="long-prompts", trace_layers=1, seed=int(sys.argv[4])))
+run = execute(RunSpec(**json.loads(sys.argv[2])))
 artifacts.write_all(run, Path(sys.argv[1]), only=("vllm", "bench"))
 """
 
@@ -72,21 +74,6 @@ print(json.dumps(out))
 """
 
 
-def timed_child(cmd: list[str], label: str) -> dict:
-    """Run one child and measure it alone: wall, CPU (user+sys) and peak RSS from wait4."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    out, err = p.stdout.read().decode(), p.stderr.read().decode()
-    rc = os.waitstatus_to_exitcode(status)
-    if rc != 0:
-        sys.stderr.write(f"{label} failed ({rc}):\n{err[-3000:]}\n")
-        raise SystemExit(2)
-    return {"label": label, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024,
-            "stdout": out}
-
-
 def make_store(ss: str, work: Path, minutes: float, a) -> Path:
     """Simulate and ingest one size once; later runs reuse it."""
     dur = int(minutes * 60)
@@ -96,13 +83,14 @@ def make_store(ss: str, work: Path, minutes: float, a) -> Path:
         run.mkdir(parents=True, exist_ok=True)
         print(f"simulating {a.rate:g} req/s for {dur} s into {run} ...", flush=True)
         if minutes <= 60:
-            timed_child([ss, "simulate", "--out", str(run), "--rate", str(a.rate), "--duration", str(dur),
-                         "--prompt-len", "256:0.6", "--output-len", "128:0.5", "--incident", "long-prompts",
-                         "--trace-layers", "1", "--seed", str(a.seed)], "simulate")
+            opts = [x for k, v in INCIDENT.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+            timed_child([ss, "simulate", "--out", str(run), "--rate", str(a.rate), "--duration", str(dur), *opts,
+                         "--seed", str(a.seed)], "simulate")
         else:
             # `stallscope simulate` also writes the trace and truth.json (an hour took 8.5 GB): only the benchmark
             # file and the server log are ingested, so the same run is simulated in a child that writes those two.
-            timed_child([sys.executable, "-c", LONG_SIM, str(run), str(a.rate), str(dur), str(a.seed)], "simulate")
+            spec = {**INCIDENT, "rate": a.rate, "duration_s": dur, "seed": a.seed}
+            timed_child([sys.executable, "-c", LONG_SIM, str(run), json.dumps(spec)], "simulate")
     if not db.exists():
         inputs = [p for p in sorted(run.iterdir()) if p.name.startswith(("bench_serve", "vllm_server"))]
         ing = timed_child([ss, "ingest", *map(str, inputs), "--db", str(db)], "ingest")

@@ -23,6 +23,8 @@ _MATERIALISE = ("step_phase", "client_gaps", "client_gap_median", "gap_baseline"
 # window medians and baselines of a 9.1M-gap hour are ~0.5 GB each that nothing reads after `spikes`. Their views
 # stay queryable (computed anew, slowly, when read).
 _RELEASE_AFTER = {"gap_baseline": ("client_gap_median",), "spikes": ("gap_baseline",)}
+# Stages one analysis reports to `Options.progress`: each materialised view (`prepare`), then "goodput and spikes".
+STAGES = len(_MATERIALISE) + 1
 
 
 @dataclass

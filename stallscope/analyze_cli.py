@@ -35,7 +35,7 @@ def analyze_cmd(
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
     """Find decode-gap spikes, attribute them to prefill work, and measure goodput and what interference cost."""
-    from .analyze import _MATERIALISE, Options, analyze, parse_slo
+    from .analyze import STAGES, Options, analyze, parse_slo
     from .ingest.stores import open_store
 
     opts = Options(slo=parse_slo(slo), attainment=attainment, spike_k=spike_k, report_views=False)
@@ -48,7 +48,7 @@ def analyze_cmd(
         crash_point("analyze.start")  # stallscope.faults: where fault tests crash or interrupt an analysis
         configure(store.con, memory_limit)
         opts.since_ns, opts.until_ns = time_range(store.con, since, until)
-        with cliopts.stage_progress(len(_MATERIALISE) + 1) as opts.progress:
+        with cliopts.stage_progress(STAGES) as opts.progress:
             result = analyze(store.con, opts)
         if recommend:
             from .recommend import Options as RecOptions, recommend as run_recommend

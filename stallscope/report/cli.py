@@ -44,13 +44,13 @@ def report_cmd(
         year: Optional[int] = typer.Option(None, help="Year for log timestamps that carry none."),
         tz: str = typer.Option("UTC", help="Time zone of log timestamps that carry none.")):
     """One incident report: terminal summary, report.md, a self-contained report.html, analysis.json, figures."""
-    from ..analyze import _MATERIALISE, Options, parse_slo, prepare, summarise
+    from ..analyze import STAGES, Options, parse_slo, prepare, summarise
     from ..ingest.memory import analysis_memory
     from .build import build
     from .terminal import summary
 
     opts = Options(slo=parse_slo(slo), attainment=attainment, spike_k=spike_k)
-    stages = len(_MATERIALISE) + 2 + recommend
+    stages = STAGES + 1 + recommend  # the analysis', "figures and page", and "recommendation" when asked
     with _open_store(paths, db, year, tz) as store, cliopts.stage_progress(stages, "reporting") as opts.progress:
         analysis_memory(store.con, memory_limit)
         prepare(store.con, opts)
